@@ -1,0 +1,257 @@
+"""The ``kvoffload`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from kvoffload import catalog
+from kvoffload.errors import InputError
+from kvoffload.hardware import load_system, system_ids
+from kvoffload.kv import kv_size
+from kvoffload.models import load_model, model_ids
+from kvoffload.precision import WeightFormat, kv_format
+from kvoffload.units import format_bytes
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line and exit with status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"kvoffload: error: {message} (see '{self.prog} --help')\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of tokens") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    if value > 10**9:
+        raise argparse.ArgumentTypeError(f"{text!r} is implausibly large (over 10^9)")
+    return value
+
+
+def _print_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, ensure_ascii=False))
+
+
+# -- hardware --------------------------------------------------------------------------------
+def _hardware_list(_: argparse.Namespace) -> int:
+    width = max(len(i) for i in system_ids())
+    for ident in system_ids():
+        system = load_system(ident)
+        print(f"{ident:<{width}}  {system.name}")
+    return 0
+
+
+def _hardware_show(args: argparse.Namespace) -> int:
+    system = load_system(args.profile)
+    if args.json:
+        _print_json(system.to_json())
+        return 0
+    registry = catalog.sources()
+    print(f"{system.id}: {system.name}")
+    if system.description:
+        print(f"  {system.description}")
+    print(f"  (from {system.origin})")
+    current = ""
+    for key, fig in system.figures().items():
+        part, field = key.split(".", 1)
+        if part != current:
+            current = part
+            print(f"{part}: {getattr(system, part).name}")
+        source = registry.get(fig.source, {}).get("title", fig.source) or "no source given"
+        print(f"  {field:<28} {fig!s:<26} {fig.kind.value:<9} {source}")
+    return 0
+
+
+def _hardware_validate(args: argparse.Namespace) -> int:
+    system = load_system(args.file)
+    counts: dict[str, int] = {}
+    for fig in system.figures().values():
+        counts[fig.kind.value] = counts.get(fig.kind.value, 0) + 1
+    summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+    print(f"{args.file}: valid profile '{system.id}' ({summary})")
+    return 0
+
+
+# -- models ---------------------------------------------------------------------------------
+def _model_json(model: Any) -> dict[str, Any]:
+    from kvoffload.kv import bytes_per_token
+
+    out = {
+        "id": model.id,
+        "name": model.name,
+        "source": model.source,
+        "model_type": model.model_type,
+        "layers": model.n_layers,
+        "hidden_size": model.hidden,
+        "attention": model.attention_kind,
+        "heads": model.n_heads,
+        "kv_heads": model.n_kv_heads,
+        "head_dim": model.head_dim,
+        "v_head_dim": model.v_head_dim,
+        "layer_windows": list(model.layer_windows),
+        "vocab_size": model.vocab,
+        "intermediate_size": model.intermediate,
+        "tie_embeddings": model.tie_embeddings,
+        "params": model.params,
+        "active_params": model.active_params,
+        "published_params": model.published_params,
+        "kv_bytes_per_token_bf16": bytes_per_token(model),
+        "weight_bytes": {f.value: model.weight_bytes(f).total for f in WeightFormat},
+    }
+    if model.mla:
+        out["mla"] = {
+            "kv_lora_rank": model.mla.kv_lora_rank,
+            "qk_rope_head_dim": model.mla.qk_rope_head_dim,
+        }
+    if model.moe:
+        out["moe"] = {
+            "experts": model.moe.n_experts,
+            "experts_per_token": model.moe.experts_per_token,
+            "shared_experts": model.moe.n_shared_experts,
+            "moe_layers": sum(model.moe_layers),
+        }
+    return out
+
+
+def _models_list(_: argparse.Namespace) -> int:
+    for ident in model_ids():
+        m = load_model(ident)
+        print(
+            f"{ident:<16} {m.name:<24} {m.attention_kind:<4} {m.n_layers:>4} layers  {m.params / 1e9:8.2f} B params"
+        )
+    return 0
+
+
+def _models_show(args: argparse.Namespace) -> int:
+    model = load_model(args.model)
+    info = _model_json(model)
+    if args.json:
+        _print_json(info)
+        return 0
+    print(f"{model.id}: {model.name}  ({model.source})")
+    windows = {w for w in model.layer_windows}
+    span = (
+        "full attention"
+        if windows == {None}
+        else ", ".join(
+            f"{sum(1 for w in model.layer_windows if w == x)} layers {'full' if x is None else f'window {x}'}"
+            for x in sorted(windows, key=lambda v: -1 if v is None else v)
+        )
+    )
+    print(
+        f"  {model.n_layers} layers, hidden {model.hidden}, {model.attention_kind.upper()}: "
+        f"{model.n_heads} heads, {model.n_kv_heads} KV heads, head_dim {model.head_dim}; {span}"
+    )
+    if model.mla:
+        print(
+            f"  MLA: caches kv_lora_rank {model.mla.kv_lora_rank} + rope {model.mla.qk_rope_head_dim} per token and layer"
+        )
+    if model.moe:
+        print(
+            f"  MoE: {model.moe.n_experts} experts, {model.moe.experts_per_token} per token, "
+            f"{model.moe.n_shared_experts} shared, {sum(model.moe_layers)} MoE layers"
+        )
+    published = (
+        f" (published {model.published_params / 1e9:.4g} B)" if model.published_params else ""
+    )
+    print(
+        f"  parameters: {model.params / 1e9:.4g} B total, {model.active_params / 1e9:.4g} B active{published}"
+    )
+    print(f"  KV cache: {info['kv_bytes_per_token_bf16']} B per token (bf16, all layers)")
+    print("  weights:")
+    for fmt, total in info["weight_bytes"].items():
+        print(f"    {fmt:<7} {format_bytes(total)}")
+    return 0
+
+
+# -- kv ---------------------------------------------------------------------------------------
+def _kv(args: argparse.Namespace) -> int:
+    model = load_model(args.model)
+    fmt = kv_format(args.dtype, field="--dtype")
+    size = kv_size(model, args.seq, args.batch, fmt)
+    if args.json:
+        _print_json(size.to_json())
+        return 0
+    print(f"{model.id}, {fmt.value} KV, context {size.seq:,} tokens, batch {size.batch}")
+    print(
+        f"  per token:   {size.bytes_per_token:,} B ({size.bytes_per_token // model.n_layers:,} B per layer)"
+    )
+    if size.window_capped_layers:
+        print(
+            f"  {size.window_capped_layers} sliding-window layers are full and hold only their window"
+        )
+    print(f"  per request: {format_bytes(size.per_request_bytes)}")
+    print(f"  total:       {format_bytes(size.total_bytes)}  ({size.total_bytes:,} B)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argument parser of the ``kvoffload`` command."""
+    p = _Parser(
+        prog="kvoffload",
+        description="What offloading the KV cache and weights costs during decode.",
+    )
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    hw = sub.add_parser("hardware", help="hardware profiles: list, show, validate")
+    hws = hw.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    hws.add_parser("list", help="list the catalog's system profiles").set_defaults(
+        func=_hardware_list
+    )
+    show = hws.add_parser("show", help="show a profile with every figure's kind and source")
+    show.add_argument("profile", help="a catalog id or a profile YAML file")
+    show.add_argument("--json", action="store_true", help="print JSON")
+    show.set_defaults(func=_hardware_show)
+    val = hws.add_parser("validate", help="check a profile file")
+    val.add_argument("file")
+    val.set_defaults(func=_hardware_validate)
+
+    md = sub.add_parser("models", help="model architectures: list, show")
+    mds = md.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    mds.add_parser("list", help="list the catalog's models").set_defaults(func=_models_list)
+    ms = mds.add_parser("show", help="show a catalog model or import a HF config.json")
+    ms.add_argument("model", help="a catalog id, a config.json path, or a model YAML file")
+    ms.add_argument("--json", action="store_true", help="print JSON")
+    ms.set_defaults(func=_models_show)
+
+    kv = sub.add_parser("kv", help="KV cache size of a model at a context and batch")
+    kv.add_argument("model", help="a catalog id or a config.json path")
+    kv.add_argument(
+        "--seq",
+        type=_positive_int,
+        required=True,
+        help="context length in tokens (exact: 128000 or 131072)",
+    )
+    kv.add_argument("--batch", type=_positive_int, default=1, help="requests in the batch")
+    kv.add_argument(
+        "--dtype", default="bf16", help="KV precision: bf16 fp16 fp8 int8 int4 q8_0 q4_0"
+    )
+    kv.add_argument("--json", action="store_true", help="print JSON")
+    kv.set_defaults(func=_kv)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; bad input exits 2 with one line on stderr."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except InputError as exc:
+        print(f"kvoffload: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # e.g. piped into head
+        return 0
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,280 @@
+"""System profiles: the schema of each part, composition of catalog parts with overrides."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from kvoffload import catalog
+from kvoffload.errors import InputError
+from kvoffload.figures import Figure, FigureField
+from kvoffload.inputs import load_mapping
+from kvoffload.units import Dim, format_quantity
+
+# Plausible ranges: wide enough for any real machine, narrow enough to catch slips of unit.
+Capacity = FigureField(Dim.BYTES, 1e8, 1e15)
+DeviceBandwidth = FigureField(Dim.BANDWIDTH, 1e9, 1e14)
+LinkBandwidth = FigureField(Dim.BANDWIDTH, 1e7, 1e13)
+FlopRate = FigureField(Dim.FLOP_RATE, 1e9, 1e18)
+Latency = FigureField(Dim.TIME, 1e-9, 1.0, allow_zero=True)
+Iops = FigureField(Dim.RATE, 1.0, 1e9)
+
+_STRICT = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+
+
+class Gpu(BaseModel):
+    """An accelerator: memory, memory bandwidth and dense tensor FLOP rates."""
+
+    model_config = _STRICT
+    name: str = Field(min_length=1)
+    interface: str | None = None
+    memory: Capacity
+    memory_bandwidth: DeviceBandwidth
+    memory_bandwidth_achievable: DeviceBandwidth | None = None
+    flops_bf16: FlopRate
+    flops_fp8: FlopRate | None = None
+    flops_int8: FlopRate | None = None
+    count: int = Field(1, ge=1, le=64)
+
+    @model_validator(mode="after")
+    def _achievable_below_peak(self) -> Gpu:
+        _not_above(self, "memory_bandwidth_achievable", "memory_bandwidth", slack=1.02)
+        return self
+
+
+class Link(BaseModel):
+    """The host-GPU link: raw and achievable per-direction rates, per-transfer latency."""
+
+    model_config = _STRICT
+    name: str = Field(min_length=1)
+    raw_bandwidth: LinkBandwidth
+    h2d_bandwidth: LinkBandwidth
+    d2h_bandwidth: LinkBandwidth
+    pageable_bandwidth: LinkBandwidth | None = None
+    latency: Latency
+
+    @model_validator(mode="after")
+    def _achievable_below_raw(self) -> Link:
+        for name in ("h2d_bandwidth", "d2h_bandwidth", "pageable_bandwidth"):
+            _not_above(self, name, "raw_bandwidth")
+        _not_above(self, "pageable_bandwidth", "h2d_bandwidth")
+        return self
+
+
+class Host(BaseModel):
+    """The CPU side: DRAM capacity and bandwidth, CPU FLOP rate."""
+
+    model_config = _STRICT
+    name: str = Field(min_length=1)
+    memory: Capacity
+    memory_bandwidth: LinkBandwidth
+    memory_bandwidth_peak: LinkBandwidth | None = None
+    flops: FlopRate
+    cores: int | None = Field(None, ge=1, le=4096)
+
+    @model_validator(mode="after")
+    def _achievable_below_peak(self) -> Host:
+        _not_above(self, "memory_bandwidth", "memory_bandwidth_peak")
+        return self
+
+
+class Storage(BaseModel):
+    """An SSD or array: sequential rates, small-read latency and peak random-read IOPS."""
+
+    model_config = _STRICT
+    name: str = Field(min_length=1)
+    read_bandwidth: LinkBandwidth
+    write_bandwidth: LinkBandwidth
+    read_latency: Latency
+    random_read_iops: Iops | None = None
+
+
+PART_MODELS: dict[str, type[BaseModel]] = {
+    "gpu": Gpu,
+    "link": Link,
+    "host": Host,
+    "storage": Storage,
+}
+
+
+def _not_above(part: BaseModel, name: str, limit: str, slack: float = 1.0) -> None:
+    a, b = getattr(part, name), getattr(part, limit)
+    if a is not None and b is not None and a.value > b.value * slack:
+        raise ValueError(
+            f"{name} {format_quantity(a.value, a.dim)} exceeds {limit} "
+            f"{format_quantity(b.value, b.dim)}"
+        )
+
+
+class System(BaseModel):
+    """A whole machine: one GPU type (times count), its link, the host and storage."""
+
+    model_config = ConfigDict(frozen=True)
+    id: str
+    name: str
+    description: str = ""
+    origin: str  # 'catalog' or the file it was read from
+    gpu: Gpu
+    link: Link
+    host: Host
+    storage: Storage
+
+    def figures(self) -> dict[str, Figure]:
+        """Return every quantity as 'part.field' -> Figure."""
+        out: dict[str, Figure] = {}
+        for kind in catalog.PART_KINDS:
+            part = getattr(self, kind)
+            for name in type(part).model_fields:
+                value = getattr(part, name)
+                if isinstance(value, Figure):
+                    out[f"{kind}.{name}"] = value
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the resolved profile: every quantity with its kind and source."""
+        registry = catalog.sources()
+        out: dict[str, Any] = {
+            "id": self.id,
+            "name": self.name,
+            "description": self.description,
+            "origin": self.origin,
+        }
+        for kind in catalog.PART_KINDS:
+            part = getattr(self, kind)
+            entry: dict[str, Any] = {}
+            for name in type(part).model_fields:
+                value = getattr(part, name)
+                if isinstance(value, Figure):
+                    entry[name] = value.to_json(registry)
+                elif value is not None:
+                    entry[name] = value
+            out[kind] = entry
+        return out
+
+
+_ID = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")
+_SYSTEM_KEYS = {"id", "name", "description", "base", *catalog.PART_KINDS}
+
+
+def _pydantic_error(exc: ValidationError, prefix: str) -> InputError:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"])
+    msg = err["msg"]
+    for lead in ("Value error, ", "Assertion failed, "):
+        msg = msg.removeprefix(lead)
+    if err["type"] == "missing":
+        msg = "required field is missing"
+    elif err["type"] == "extra_forbidden":
+        msg = "unknown field"
+        known = ", ".join(PART_MODELS.get(prefix, Gpu).model_fields)
+        msg = f"unknown field; expected one of: {known}"
+    field = ".".join(p for p in (prefix, loc) if p)
+    return InputError(msg, field=field)
+
+
+def build_part(kind: str, raw: Any, inherited: dict | None = None) -> BaseModel:
+    """Validate one part given as a catalog id, or a mapping with optional 'base' overrides."""
+    table = catalog.parts(kind)
+    if isinstance(raw, str):
+        if raw not in table:
+            raise catalog.unknown_id(kind, raw, table).within(field=kind)
+        merged = dict(table[raw])
+    elif isinstance(raw, dict):
+        base = raw.get("base")
+        if base is not None:
+            if not isinstance(base, str) or base not in table:
+                raise catalog.unknown_id(kind, str(base), table).within(field=f"{kind}.base")
+            merged = {**table[base], **{k: v for k, v in raw.items() if k != "base"}}
+        else:
+            merged = {**(inherited or {}), **raw}
+    else:
+        raise InputError("must be a catalog id or a mapping of fields", field=kind)
+    try:
+        return PART_MODELS[kind].model_validate(merged)
+    except ValidationError as exc:
+        raise _pydantic_error(exc, kind) from None
+
+
+def _raw_part(kind: str, raw: Any) -> dict:
+    """Return a part reference as a flat mapping of fields (for inheritance from a base)."""
+    table = catalog.parts(kind)
+    if isinstance(raw, str):
+        return dict(table.get(raw, {}))
+    if isinstance(raw, dict) and isinstance(raw.get("base"), str):
+        return {**table.get(raw["base"], {}), **{k: v for k, v in raw.items() if k != "base"}}
+    return dict(raw) if isinstance(raw, dict) else {}
+
+
+def build_system(raw: Any, *, ident: str, origin: str) -> System:
+    """Validate a whole profile mapping (parts by id or mapping, optional base system)."""
+    if not isinstance(raw, dict):
+        raise InputError("a profile must be a mapping")
+    for key in raw:
+        if key not in _SYSTEM_KEYS:
+            raise InputError(
+                f"unknown field; expected one of: {', '.join(sorted(_SYSTEM_KEYS))}", field=str(key)
+            )
+    base_raw: dict = {}
+    if "base" in raw:
+        base_id = raw["base"]
+        table = catalog.systems()
+        if not isinstance(base_id, str) or base_id not in table:
+            raise catalog.unknown_id("system", str(base_id), table).within(field="base")
+        base_raw = table[base_id]
+    sid = raw.get("id", ident)
+    if not isinstance(sid, str) or not _ID.match(sid):
+        raise InputError("must be lowercase letters, digits, '.' and '-'", field="id")
+    for key in ("name", "description"):
+        if key in raw and not isinstance(raw[key], str):
+            raise InputError("must be text", field=key)
+    built: dict[str, Any] = {}
+    for kind in catalog.PART_KINDS:
+        if kind in raw:
+            inherited = _raw_part(kind, base_raw[kind]) if kind in base_raw else None
+            built[kind] = build_part(kind, raw[kind], inherited)
+        elif kind in base_raw:
+            built[kind] = build_part(kind, base_raw[kind])
+        else:
+            raise InputError("required part is missing", field=kind)
+    name = raw.get("name") or base_raw.get("name") or sid
+    return System(
+        id=sid,
+        name=name,
+        description=raw.get("description", base_raw.get("description", "")),
+        origin=origin,
+        **built,
+    )
+
+
+def system_ids() -> list[str]:
+    """Return the catalog's system profile ids."""
+    return list(catalog.systems())
+
+
+def load_system(ref: str | Path | dict) -> System:
+    """Return a System from a catalog id, a profile file path, or an inline mapping."""
+    if isinstance(ref, dict):
+        return build_system(ref, ident="inline", origin="inline")
+    text = str(ref)
+    table = catalog.systems()
+    if text in table:
+        try:
+            return build_system(table[text], ident=text, origin="catalog")
+        except InputError as exc:  # a broken catalog is a bug, but say where
+            raise exc.within(file=f"catalog systems.yaml ({text})") from None
+    path = Path(text)
+    if path.suffix.lower() in {".yaml", ".yml", ".json"} or path.exists():
+        raw = load_mapping(path)
+        try:
+            return build_system(raw, ident=_stem_id(path), origin=str(path))
+        except InputError as exc:
+            raise exc.within(file=str(path)) from None
+    raise catalog.unknown_id("system", text, table)
+
+
+def _stem_id(path: Path) -> str:
+    stem = re.sub(r"[^a-z0-9.\-]+", "-", path.stem.lower()).strip("-")
+    return stem or "profile"

@@ -1,0 +1,114 @@
+"""Storage formats: bytes per weight (HF and GGUF quantisers) and bytes per cached KV vector."""
+
+from __future__ import annotations
+
+import math
+from enum import StrEnum
+
+from kvoffload.errors import InputError
+
+
+class WeightFormat(StrEnum):
+    """How the weights are stored."""
+
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP8 = "fp8"  # FP8 checkpoint: decoder linears in e4m3, per-channel scales
+    INT8 = "int8"  # W8A8 checkpoint (SmoothQuant / llm-compressor): per-channel scales
+    INT4 = "int4"  # AWQ / GPTQ, group size 128: fp16 scale + 4-bit zero per group
+    Q8_0 = "q8_0"  # GGUF
+    Q4_0 = "q4_0"  # GGUF
+    Q4_K_M = "q4_k_m"  # GGUF mixed k-quant
+
+    @property
+    def is_gguf(self) -> bool:
+        """True for llama.cpp's GGUF formats."""
+        return self in (WeightFormat.Q8_0, WeightFormat.Q4_0, WeightFormat.Q4_K_M)
+
+
+class KvFormat(StrEnum):
+    """How the KV cache is stored."""
+
+    FP32 = "fp32"  # early llama.cpp builds cached in f32
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP8 = "fp8"  # one scale per tensor (vLLM): no per-token overhead
+    INT8 = "int8"  # per token and head: fp16 scale + fp16 zero (LMDeploy's kv int8)
+    INT4 = "int4"  # per token and head: fp16 scale + fp16 zero (LMDeploy's kv int4)
+    Q8_0 = "q8_0"  # llama.cpp --cache-type-k/v q8_0: blocks of 32 with an fp16 scale
+    Q4_0 = "q4_0"  # llama.cpp q4_0: blocks of 32, 4-bit, fp16 scale
+
+
+def weight_format(name: str, *, field: str = "precision") -> WeightFormat:
+    """Return the weight format called ``name`` or raise an InputError listing the choices."""
+    try:
+        return WeightFormat(str(name).lower())
+    except ValueError:
+        choices = ", ".join(f.value for f in WeightFormat)
+        raise InputError(
+            f"unknown weight precision {name!r}; choose one of {choices}", field=field
+        ) from None
+
+
+def kv_format(name: str, *, field: str = "dtype") -> KvFormat:
+    """Return the KV format called ``name`` or raise an InputError listing the choices."""
+    try:
+        return KvFormat(str(name).lower())
+    except ValueError:
+        choices = ", ".join(f.value for f in KvFormat)
+        raise InputError(
+            f"unknown KV precision {name!r}; choose one of {choices}", field=field
+        ) from None
+
+
+def kv_vector_bytes(n: int, fmt: KvFormat) -> int:
+    """Return the bytes that one cached vector of ``n`` elements (one head, one token) takes."""
+    if fmt is KvFormat.FP32:
+        return 4 * n
+    if fmt in (KvFormat.BF16, KvFormat.FP16):
+        return 2 * n
+    if fmt is KvFormat.FP8:
+        return n
+    if fmt is KvFormat.INT8:
+        return n + 4
+    if fmt is KvFormat.INT4:
+        return math.ceil(n / 2) + 4
+    if fmt is KvFormat.Q8_0:
+        return math.ceil(n / 32) * 34
+    if fmt is KvFormat.Q4_0:
+        return math.ceil(n / 32) * 18
+    raise AssertionError(fmt)  # pragma: no cover
+
+
+# ggml block types: (elements per block, bytes per block). Source: ggml/src/ggml-common.h.
+GGML_BLOCKS: dict[str, tuple[int, int]] = {
+    "f32": (1, 4),
+    "f16": (1, 2),
+    "q8_0": (32, 34),
+    "q4_0": (32, 18),
+    "q5_0": (32, 22),
+    "q5_1": (32, 24),
+    "q4_k": (256, 144),
+    "q5_k": (256, 176),
+    "q6_k": (256, 210),
+}
+
+# llama.cpp falls back when a row length is not a multiple of 256 (llama-quant.cpp).
+_K_FALLBACK = {"q4_k": "q5_0", "q5_k": "q5_1", "q6_k": "q8_0"}
+
+
+def ggml_bytes(rows: int, row_len: int, ggml_type: str) -> int:
+    """Return the bytes of a rows x row_len tensor stored as ``ggml_type`` (with fallbacks)."""
+    block, size = GGML_BLOCKS[ggml_type]
+    if block > 1 and row_len % block:
+        ggml_type = _K_FALLBACK.get(ggml_type, "f16")
+        block, size = GGML_BLOCKS[ggml_type]
+        if block > 1 and row_len % block:
+            block, size = GGML_BLOCKS["f16"]
+    return rows * (row_len // block) * size
+
+
+def use_more_bits(i_layer: int, n_layers: int) -> bool:
+    """Return llama.cpp's choice of the layers whose attn_v/ffn_down get more bits in *_K_M."""
+    eighth = n_layers // 8
+    return i_layer < eighth or i_layer >= 7 * n_layers // 8 or (i_layer - eighth) % 3 == 2

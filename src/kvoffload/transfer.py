@@ -1,0 +1,142 @@
+"""Time to move bytes between memory tiers: bandwidth, per-transfer latency, NVMe queueing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from kvoffload.errors import InputError
+from kvoffload.figures import Figure
+from kvoffload.hardware import Link, Storage, System
+
+
+def transfer_time(
+    nbytes: ArrayLike, bandwidth: ArrayLike, latency: ArrayLike = 0.0, transfers: ArrayLike = 1
+) -> np.ndarray:
+    """Return seconds to move ``nbytes`` (B) at ``bandwidth`` (B/s) in ``transfers`` copies."""
+    b = np.asarray(nbytes, dtype=np.float64)
+    return np.asarray(latency, dtype=np.float64) * np.asarray(transfers) + b / np.asarray(
+        bandwidth, dtype=np.float64
+    )
+
+
+def link_bandwidth(link: Link, direction: str = "h2d", *, pinned: bool = True) -> float:
+    """Return the achievable link rate in B/s for 'h2d' or 'd2h', pinned or pageable."""
+    if direction not in ("h2d", "d2h"):
+        raise ValueError(f"direction must be 'h2d' or 'd2h', got {direction!r}")
+    pinned_rate = (link.h2d_bandwidth if direction == "h2d" else link.d2h_bandwidth).value
+    if pinned:
+        return pinned_rate
+    if link.pageable_bandwidth is None:
+        raise InputError(
+            "this profile gives no rate for pageable memory", field="link.pageable_bandwidth"
+        )
+    return min(link.pageable_bandwidth.value, pinned_rate)
+
+
+def host_to_gpu_time(
+    system: System, nbytes: ArrayLike, *, transfers: ArrayLike = 1, pinned: bool = True
+) -> np.ndarray:
+    """Return seconds to copy host memory to the GPU (the link or host DRAM, whichever is slower)."""
+    rate = min(
+        link_bandwidth(system.link, "h2d", pinned=pinned), system.host.memory_bandwidth.value
+    )
+    return transfer_time(nbytes, rate, system.link.latency.value, transfers)
+
+
+def gpu_to_host_time(
+    system: System, nbytes: ArrayLike, *, transfers: ArrayLike = 1, pinned: bool = True
+) -> np.ndarray:
+    """Return seconds to copy GPU memory to the host."""
+    rate = min(
+        link_bandwidth(system.link, "d2h", pinned=pinned), system.host.memory_bandwidth.value
+    )
+    return transfer_time(nbytes, rate, system.link.latency.value, transfers)
+
+
+def gpu_read_time(system: System, nbytes: ArrayLike, *, achievable: bool = False) -> np.ndarray:
+    """Return seconds for the GPU to read ``nbytes`` from its own memory (spec or measured rate)."""
+    gpu = system.gpu
+    rate = gpu.memory_bandwidth
+    if achievable and gpu.memory_bandwidth_achievable is not None:
+        rate = gpu.memory_bandwidth_achievable
+    return transfer_time(nbytes, rate.value)
+
+
+def host_read_time(system: System, nbytes: ArrayLike) -> np.ndarray:
+    """Return seconds for the CPU to stream ``nbytes`` from host DRAM."""
+    return transfer_time(nbytes, system.host.memory_bandwidth.value)
+
+
+def nvme_bandwidth(
+    storage: Storage, request_bytes: ArrayLike, queue_depth: ArrayLike = 1
+) -> np.ndarray:
+    """Return effective read B/s for requests of ``request_bytes`` at ``queue_depth`` outstanding.
+
+    Each request costs the drive's small-read latency plus its size over the sequential rate;
+    ``queue_depth`` requests are in flight at once; the result is capped by the sequential rate
+    and, where the profile gives it, by the drive's peak random-read IOPS.
+    """
+    size = np.asarray(request_bytes, dtype=np.float64)
+    qd = np.asarray(queue_depth, dtype=np.float64)
+    seq = storage.read_bandwidth.value
+    per_request = storage.read_latency.value + size / seq
+    rate = np.minimum(qd * size / per_request, seq)
+    if storage.random_read_iops is not None:
+        rate = np.minimum(rate, storage.random_read_iops.value * size)
+    return rate
+
+
+def nvme_read_time(
+    storage: Storage,
+    nbytes: ArrayLike,
+    *,
+    request_bytes: ArrayLike | None = None,
+    queue_depth: ArrayLike = 1,
+) -> np.ndarray:
+    """Return seconds to read ``nbytes``: sequentially, or in requests of ``request_bytes``."""
+    if request_bytes is None:
+        return transfer_time(nbytes, storage.read_bandwidth.value, storage.read_latency.value)
+    return transfer_time(nbytes, nvme_bandwidth(storage, request_bytes, queue_depth))
+
+
+@dataclass(frozen=True)
+class Tier:
+    """One memory tier as the article tabulates it: a raw rating and an achievable rate."""
+
+    key: str
+    name: str
+    raw: Figure
+    achievable: Figure
+    latency: Figure | None
+
+    def time(self, nbytes: ArrayLike, *, achievable: bool = True) -> np.ndarray:
+        """Return seconds to move ``nbytes`` over this tier (one transfer)."""
+        rate = (self.achievable if achievable else self.raw).value
+        lat = self.latency.value if self.latency is not None else 0.0
+        return transfer_time(nbytes, rate, lat)
+
+
+def tiers(system: System) -> tuple[Tier, ...]:
+    """Return the system's tiers, fastest first: GPU memory, the link, host DRAM, NVMe."""
+    g, li, h, s = system.gpu, system.link, system.host, system.storage
+    return (
+        Tier(
+            "gpu",
+            f"GPU memory ({g.name})",
+            g.memory_bandwidth,
+            g.memory_bandwidth_achievable or g.memory_bandwidth,
+            None,
+        ),
+        Tier("link", f"host→GPU link ({li.name})", li.raw_bandwidth, li.h2d_bandwidth, li.latency),
+        Tier(
+            "host",
+            f"host DRAM ({h.name})",
+            h.memory_bandwidth_peak or h.memory_bandwidth,
+            h.memory_bandwidth,
+            None,
+        ),
+        Tier("storage", f"storage ({s.name})", s.read_bandwidth, s.read_bandwidth, s.read_latency),
+    )

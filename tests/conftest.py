@@ -1,0 +1,72 @@
+"""Shared fixtures: run the CLI in-process or as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kvoffload.cli import main
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> dict:
+        return json.loads(self.out)
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run ``kvoffload ARGS`` in-process and capture its exit code and output."""
+
+    def run(*args: str) -> Run:
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exc:  # argparse exits
+            code = int(exc.code or 0)
+        captured = capsys.readouterr()
+        return Run(code, captured.out, captured.err)
+
+    return run
+
+
+@pytest.fixture
+def cli_process():
+    """Run ``kvoffload ARGS`` as a separate process (what a user's shell sees)."""
+
+    def run(*args: str, timeout: float = 30) -> Run:
+        env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+        proc = subprocess.run(
+            [sys.executable, "-m", "kvoffload", *map(str, args)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+        )
+        return Run(proc.returncode, proc.stdout, proc.stderr)
+
+    return run
+
+
+@pytest.fixture
+def write(tmp_path: Path):
+    """Write a file under tmp_path and return its path."""
+
+    def put(name: str, content: str | bytes) -> Path:
+        path = tmp_path / name
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
+        return path
+
+    return put

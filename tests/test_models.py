@@ -1,0 +1,146 @@
+"""Model catalog and HF import: shapes, parameter counts, weight bytes as quantisers store them."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from kvoffload.errors import InputError
+from kvoffload.models import _gguf_type, from_hf_config, load_model, model_ids
+from kvoffload.precision import GGML_BLOCKS, WeightFormat
+
+EXPECTED_IDS = set(
+    "llama-3-8b llama-3.1-8b llama-3.1-70b llama-3.1-405b llama-2-7b llama-2-70b llama-7b "
+    "mistral-7b-v0.1 mistral-7b-v0.3 qwen2.5-7b qwen3-8b opt-6.7b opt-30b opt-66b opt-175b "
+    "bloom-176b deepseek-v3 gpt-oss-20b gemma-2-9b".split()
+)
+
+
+def test_catalog_ids_are_the_documented_ones():
+    assert set(model_ids()) == EXPECTED_IDS
+
+
+@pytest.mark.parametrize("ident", sorted(EXPECTED_IDS))
+def test_parameter_count_matches_the_published_one(ident):
+    m = load_model(ident)
+    assert m.published_params, f"{ident}: no published parameter count in the catalog"
+    # Llama-2-70B is published as "70B" but has 69.0 B parameters; everything else is within 1%.
+    assert m.params == pytest.approx(m.published_params, rel=0.02)
+
+
+@pytest.mark.parametrize("ident", ["deepseek-v3", "gpt-oss-20b"])
+def test_moe_active_parameters(ident):
+    m = load_model(ident)
+    # Published "active" counts leave out the input embedding table (a lookup, not a matmul).
+    embedding = m.vocab * m.hidden
+    assert m.active_params - embedding == pytest.approx(m.published_active_params, rel=0.03)
+    assert m.active_params < m.params
+
+
+@pytest.mark.parametrize(
+    ("ident", "kind"),
+    [
+        ("llama-2-7b", "mha"),
+        ("llama-3.1-8b", "gqa"),
+        ("deepseek-v3", "mla"),
+        ("opt-175b", "mha"),
+        ("qwen2.5-7b", "gqa"),
+    ],
+)
+def test_attention_kind(ident, kind):
+    assert load_model(ident).attention_kind == kind
+
+
+def test_llama31_8b_q4_k_m_matches_llama_cpp_load_log():
+    """llama.cpp prints, loading Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf (bartowski's build):
+
+    'type f32: 66 tensors, type q4_K: 193 tensors, type q6_K: 33 tensors',
+    'model size = 4.58 GiB (4.89 BPW)', and Ollama's scheduler reports
+    'memory.weights.nonrepeating=411.0 MiB' (the q6_K output layer) for the same file.
+    """
+    m = load_model("llama-3.1-8b")
+    types = Counter()
+    for t in m.tensors():
+        if t.vector:
+            types["f32"] += t.count
+        else:
+            types[_gguf_type(m, t, WeightFormat.Q4_K_M)] += 1
+    types["f32"] += 1  # rope_freqs, a llama-3.1 GGUF extra
+    assert types == {"f32": 66, "q4_k": 193, "q6_k": 33}
+    w = m.weight_bytes(WeightFormat.Q4_K_M)
+    assert round(w.total / 2**30, 2) == 4.58
+    assert round(w.total * 8 / m.params, 2) == pytest.approx(4.89, abs=0.01)
+    assert round(w.output / 2**20, 1) == pytest.approx(411.0, abs=0.1)
+
+
+def test_bf16_is_two_bytes_per_parameter():
+    m = load_model("llama-3.1-8b")
+    assert m.weight_bytes(WeightFormat.BF16).total == 2 * m.params
+
+
+def test_hf_int4_keeps_embeddings_and_lm_head_in_16_bit():
+    m = load_model("llama-3.1-8b")
+    w4 = m.weight_bytes(WeightFormat.INT4)
+    bf = m.weight_bytes(WeightFormat.BF16)
+    assert w4.embedding == bf.embedding and w4.output == bf.output
+    # decoder linears: 4 bits + an fp16 scale and a 4-bit zero per 128 weights = 4.156 bits
+    linear = sum(t.params for t in m.tensors() if t.role.startswith(("attn_", "ffn_")))
+    norms = sum(t.params for t in m.tensors() if t.layer is not None and t.vector)
+    assert int(w4.per_layer.sum()) == pytest.approx(linear * 4.15625 / 8 + 2 * norms, rel=1e-6)
+
+
+def test_gguf_tied_embedding_takes_the_output_type():
+    m = load_model("gemma-2-9b")
+    assert m.tie_embeddings
+    w = m.weight_bytes(WeightFormat.Q4_0)
+    block, size = GGML_BLOCKS["q6_k"]
+    assert w.embedding == m.vocab * (m.hidden // block) * size
+
+
+@pytest.mark.parametrize("ident", sorted(EXPECTED_IDS))
+def test_quantisation_never_increases_bytes_and_layers_sum_to_total(ident):
+    m = load_model(ident)
+    bf16 = m.weight_bytes(WeightFormat.BF16).total
+    for fmt in WeightFormat:
+        w = m.weight_bytes(fmt)
+        assert w.total <= bf16
+        assert w.total == int(w.per_layer.sum()) + w.embedding + w.output
+    order = [WeightFormat.Q8_0, WeightFormat.Q4_K_M, WeightFormat.Q4_0]
+    sizes = [m.weight_bytes(f).total for f in order]
+    assert sizes[0] > sizes[1] > sizes[2]
+
+
+# -- import errors ------------------------------------------------------------------------------
+GOOD = {
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "intermediate_size": 14336,
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "fragment"),
+    [
+        ({"hidden_size": None}, "hidden_size", "missing"),
+        ({"num_hidden_layers": 0}, "num_hidden_layers", ">= 1"),
+        ({"num_attention_heads": "32"}, "num_attention_heads", "integer"),
+        ({"num_key_value_heads": 5}, "num_key_value_heads", "not a multiple"),
+        ({"hidden_size": 4000, "num_attention_heads": 30, "num_key_value_heads": 30}, "head_dim", "divisible"),
+        ({"sliding_window": -4}, "sliding_window", "positive"),
+        ({"layer_types": ["full_attention"]}, "layer_types", "one type per layer"),
+        ({"layer_types": ["mamba"] * 32}, "layer_types[0]", "unsupported"),
+        ({"tie_word_embeddings": "yes"}, "tie_word_embeddings", "true or false"),
+        ({"intermediate_size": None}, "intermediate_size", "missing"),
+    ],
+)
+def test_import_errors_name_the_field(change, field, fragment):
+    cfg = {**GOOD, **change}
+    cfg = {k: v for k, v in cfg.items() if v is not None}
+    with pytest.raises(InputError, match=fragment) as info:
+        from_hf_config(cfg, ident="x")
+    assert info.value.field == field
