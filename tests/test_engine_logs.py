@@ -32,7 +32,9 @@ def test_llama_cpp_kv_self_size(entry):
     assert int(kv.request_bytes(model, entry["n_ctx"], _fmt(entry))) == entry["total_bytes"]
 
 
-@pytest.mark.parametrize("entry", [e for e in LOGS if e.get("cpu_blocks")], ids=lambda e: e["model"])
+@pytest.mark.parametrize(
+    "entry", [e for e in LOGS if e.get("cpu_blocks")], ids=lambda e: e["model"]
+)
 def test_vllm_block_count(entry):
     # vLLM sizes its CPU swap area as floor(swap_space / (block_size x bytes per token)).
     model = load_model(entry["model"])

@@ -233,7 +233,11 @@ def test_kv_is_linear_in_batch(shape, seq, batch, fmt):
 
 
 @settings(max_examples=60, deadline=None)
-@given(shapes, st.lists(st.integers(1, 300_000), min_size=2, max_size=20), st.sampled_from(list(KvFormat)))
+@given(
+    shapes,
+    st.lists(st.integers(1, 300_000), min_size=2, max_size=20),
+    st.sampled_from(list(KvFormat)),
+)
 def test_kv_is_non_decreasing_in_context(shape, seqs, fmt):
     m = _model(shape)
     seqs = np.sort(np.array(seqs))

@@ -11,9 +11,27 @@ from kvoffload.models import _gguf_type, from_hf_config, load_model, model_ids
 from kvoffload.precision import GGML_BLOCKS, WeightFormat
 
 EXPECTED_IDS = set(
-    "llama-3-8b llama-3.1-8b llama-3.1-70b llama-3.1-405b llama-2-7b llama-2-70b llama-7b "
-    "mistral-7b-v0.1 mistral-7b-v0.3 qwen2.5-7b qwen3-8b opt-6.7b opt-30b opt-66b opt-175b "
-    "bloom-176b deepseek-v3 gpt-oss-20b gemma-2-9b".split()
+    [
+        "llama-3-8b",
+        "llama-3.1-8b",
+        "llama-3.1-70b",
+        "llama-3.1-405b",
+        "llama-2-7b",
+        "llama-2-70b",
+        "llama-7b",
+        "mistral-7b-v0.1",
+        "mistral-7b-v0.3",
+        "qwen2.5-7b",
+        "qwen3-8b",
+        "opt-6.7b",
+        "opt-30b",
+        "opt-66b",
+        "opt-175b",
+        "bloom-176b",
+        "deepseek-v3",
+        "gpt-oss-20b",
+        "gemma-2-9b",
+    ]
 )
 
 
@@ -130,7 +148,11 @@ GOOD = {
         ({"num_hidden_layers": 0}, "num_hidden_layers", ">= 1"),
         ({"num_attention_heads": "32"}, "num_attention_heads", "integer"),
         ({"num_key_value_heads": 5}, "num_key_value_heads", "not a multiple"),
-        ({"hidden_size": 4000, "num_attention_heads": 30, "num_key_value_heads": 30}, "head_dim", "divisible"),
+        (
+            {"hidden_size": 4000, "num_attention_heads": 30, "num_key_value_heads": 30},
+            "head_dim",
+            "divisible",
+        ),
         ({"sliding_window": -4}, "sliding_window", "positive"),
         ({"layer_types": ["full_attention"]}, "layer_types", "one type per layer"),
         ({"layer_types": ["mamba"] * 32}, "layer_types[0]", "unsupported"),

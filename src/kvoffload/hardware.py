@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 from pathlib import Path
 from typing import Any
@@ -160,7 +161,9 @@ _SYSTEM_KEYS = {"id", "name", "description", "base", *catalog.PART_KINDS}
 
 
 def _pydantic_error(exc: ValidationError, prefix: str) -> InputError:
-    err = exc.errors()[0]
+    errors = exc.errors()
+    # A misspelled key also shows up as a missing one: report the misspelling.
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = ".".join(str(p) for p in err["loc"])
     msg = err["msg"]
     for lead in ("Value error, ", "Assertion failed, "):
@@ -168,9 +171,10 @@ def _pydantic_error(exc: ValidationError, prefix: str) -> InputError:
     if err["type"] == "missing":
         msg = "required field is missing"
     elif err["type"] == "extra_forbidden":
-        msg = "unknown field"
-        known = ", ".join(PART_MODELS.get(prefix, Gpu).model_fields)
-        msg = f"unknown field; expected one of: {known}"
+        known = list(PART_MODELS[prefix].model_fields)
+        close = difflib.get_close_matches(str(err["loc"][-1]), known, n=1)
+        msg = f"unknown field; did you mean {close[0]!r}?" if close else "unknown field"
+        msg += f" (fields: {', '.join(known)})"
     field = ".".join(p for p in (prefix, loc) if p)
     return InputError(msg, field=field)
 
@@ -214,8 +218,10 @@ def build_system(raw: Any, *, ident: str, origin: str) -> System:
         raise InputError("a profile must be a mapping")
     for key in raw:
         if key not in _SYSTEM_KEYS:
+            close = difflib.get_close_matches(str(key), sorted(_SYSTEM_KEYS), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
             raise InputError(
-                f"unknown field; expected one of: {', '.join(sorted(_SYSTEM_KEYS))}", field=str(key)
+                f"unknown field; {hint}(fields: {', '.join(sorted(_SYSTEM_KEYS))})", field=str(key)
             )
     base_raw: dict = {}
     if "base" in raw:

@@ -1,0 +1,271 @@
+"""The command line: outputs users rely on, and bad input refused in one line with exit 2."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from tests.test_inputs import BOMB
+
+from kvoffload.inputs import MAX_FILE_BYTES
+
+
+def test_kv_acceptance(cli):
+    r = cli("kv", "llama-3.1-8b", "--seq", "128000", "--json")
+    assert r.code == 0, r.err
+    out = r.json()
+    assert out["total_bytes"] == 16_777_216_000
+    assert isinstance(out["total_bytes"], int)
+    assert out["bytes_per_token"] == 131_072
+
+
+def test_kv_human_output_states_gb_and_gib(cli):
+    r = cli("kv", "llama-3.1-8b", "--seq", "128000", "--batch", "4")
+    assert r.code == 0
+    assert "67.11 GB (62.5 GiB)" in r.out
+
+
+def test_kv_sliding_window_is_reported(cli):
+    r = cli("kv", "mistral-7b-v0.1", "--seq", "32768", "--json")
+    out = r.json()
+    assert out["window_capped_layers"] == 32
+    assert out["total_bytes"] == 4096 * 131_072
+
+
+def test_models_list_and_show(cli):
+    r = cli("models", "list")
+    assert r.code == 0 and "deepseek-v3" in r.out and "mla" in r.out
+    r = cli("models", "show", "deepseek-v3", "--json")
+    info = r.json()
+    assert info["attention"] == "mla" and info["kv_bytes_per_token_bf16"] == 61 * 576 * 2
+    assert info["moe"]["experts"] == 256
+
+
+def test_hardware_list_names_every_system(cli):
+    r = cli("hardware", "list")
+    assert r.code == 0
+    for ident in ("article-reference", "a100-80gb-sxm-pcie4", "gh200-nvlink-c2c", "t4-pcie3"):
+        assert ident in r.out
+
+
+def test_article_reference_shows_pcie_32_gbps_with_kind_and_source(cli):
+    r = cli("hardware", "show", "article-reference", "--json")
+    assert r.code == 0, r.err
+    link = r.json()["link"]
+    assert link["h2d_bandwidth"]["value"] == 32e9
+    assert link["h2d_bandwidth"]["kind"] == "assumed"
+    assert link["h2d_bandwidth"]["source"] == "kvoffload-article"
+    assert link["h2d_bandwidth"]["source_title"]
+
+
+def test_a100_shows_raw_and_measured_achievable(cli):
+    link = cli("hardware", "show", "a100-80gb-sxm-pcie4", "--json").json()["link"]
+    assert link["raw_bandwidth"]["value"] == 31.5e9
+    assert link["raw_bandwidth"]["kind"] == "spec"
+    achievable = link["h2d_bandwidth"]
+    assert achievable["kind"] == "measured"
+    assert 20e9 < achievable["value"] < 31.5e9
+    assert achievable["source_url"].startswith("https://")
+
+
+def test_hardware_show_human(cli):
+    r = cli("hardware", "show", "a100-80gb-sxm-pcie4")
+    assert r.code == 0
+    assert "31.5 GB/s" in r.out and "measured" in r.out and "spec" in r.out
+
+
+def test_validate_a_good_profile_with_overrides(cli, write):
+    path = write(
+        "mine.yaml",
+        """
+id: my-box
+name: "A100 80GB on PCIe 4, my own host"
+gpu: {base: a100-80gb-sxm}
+link:
+  base: pcie4-x16
+  h2d_bandwidth: {value: "22 GB/s", kind: measured, source: "my nvbandwidth run"}
+host: {memory: 512 GB, memory_bandwidth: 200 GB/s, flops: 3 TFLOP/s, name: "2x EPYC"}
+storage: {name: nvme, read_bandwidth: 7 GB/s, write_bandwidth: 5 GB/s, read_latency: 80 us}
+""",
+    )
+    r = cli("hardware", "validate", path)
+    assert r.code == 0, r.err
+    shown = cli("hardware", "show", path, "--json").json()
+    assert shown["id"] == "my-box"
+    assert shown["link"]["h2d_bandwidth"]["value"] == 22e9
+    assert shown["link"]["raw_bandwidth"]["value"] == 31.5e9  # from the base part
+    assert shown["host"]["memory"]["kind"] == "assumed"  # a bare value
+
+
+def test_profile_based_on_a_catalog_system(cli, write):
+    path = write("base.yaml", "base: a100-80gb-sxm-pcie4\nlink: {h2d_bandwidth: 12 GB/s}\n")
+    shown = cli("hardware", "show", path, "--json").json()
+    assert shown["link"]["h2d_bandwidth"]["value"] == 12e9
+    assert shown["gpu"]["memory_bandwidth"]["value"] > 1e12
+
+
+# -- bad input --------------------------------------------------------------------------------
+PROFILE_OK = """
+gpu: {base: a100-80gb-sxm}
+link: {base: pcie4-x16}
+host: {name: h, memory: 512 GB, memory_bandwidth: 200 GB/s, flops: 3 TFLOP/s}
+storage: {name: s, read_bandwidth: 7 GB/s, write_bandwidth: 5 GB/s, read_latency: 80 us}
+"""
+
+
+def _swap(old: str, new: str) -> str:
+    assert old in PROFILE_OK
+    return PROFILE_OK.replace(old, new)
+
+
+BAD_PROFILES = {
+    "malformed-yaml": ("gpu: {base: a100-80gb-sxm\nlink: x\n", "malformed YAML"),
+    "misspelled-part": (_swap("link:", "lnk:"), "lnk: unknown field"),
+    "misspelled-field": (
+        _swap("read_latency", "read_latncy"),
+        "storage.read_latncy: unknown field",
+    ),
+    "missing-field": (
+        _swap("flops: 3 TFLOP/s", "cores: 8"),
+        "host.flops: required field is missing",
+    ),
+    "missing-part": (_swap("storage: {", "# storage: {"), "storage: required part is missing"),
+    "zero": (
+        _swap("memory_bandwidth: 200 GB/s", "memory_bandwidth: 0 GB/s"),
+        "host.memory_bandwidth: 0 GB/s is zero",
+    ),
+    "negative": (_swap("7 GB/s", "-7 GB/s"), "storage.read_bandwidth: -7 GB/s is negative"),
+    "nan": (
+        _swap("7 GB/s", "nan GB/s"),
+        "storage.read_bandwidth: 'nan GB/s' is not a finite number",
+    ),
+    "absurd": (
+        _swap("200 GB/s", "200000 TB/s"),
+        "host.memory_bandwidth: 200000 TB/s is outside the plausible range",
+    ),
+    "wrong-dimension": (
+        _swap("200 GB/s", "200 GB"),
+        "host.memory_bandwidth: '200 GB' is a size in bytes, expected a bandwidth",
+    ),
+    "unknown-unit": (
+        _swap("80 us", "80 fortnights"),
+        "storage.read_latency: '80 fortnights': unknown unit",
+    ),
+    "no-unit": (_swap("512 GB", "512"), "host.memory: 512 has no unit"),
+    "ambiguous-unit": (_swap("512 GB", "512 KB"), "host.memory: '512 KB': 'KB' is ambiguous"),
+    "unknown-base": (
+        _swap("a100-80gb-sxm", "a100-80gb-sxn"),
+        "gpu.base: unknown gpu id 'a100-80gb-sxn'",
+    ),
+    "unknown-id": (_swap("{base: pcie4-x16}", "pcie9-x16"), "link: unknown link id 'pcie9-x16'"),
+    "negative-latency": (_swap("80 us", "-80 us"), "storage.read_latency: -80 us is negative"),
+    "unknown-kind": (
+        _swap("read_bandwidth: 7 GB/s", "read_bandwidth: {value: 7 GB/s, kind: guessed}"),
+        "storage.read_bandwidth: kind 'guessed' is not one of spec, measured, assumed",
+    ),
+    "spec-without-source": (
+        _swap("read_bandwidth: 7 GB/s", "read_bandwidth: {value: 7 GB/s, kind: spec}"),
+        "storage.read_bandwidth: a spec figure needs a source",
+    ),
+    "figure-extra-key": (
+        _swap("read_bandwidth: 7 GB/s", "read_bandwidth: {value: 7 GB/s, unit: GB/s}"),
+        "storage.read_bandwidth: unknown key 'unit'",
+    ),
+    "achievable-above-raw": (
+        _swap("{base: pcie4-x16}", "{base: pcie4-x16, h2d_bandwidth: 40 GB/s}"),
+        "link: h2d_bandwidth 40 GB/s exceeds raw_bandwidth 31.5 GB/s",
+    ),
+    "duplicate-key": (PROFILE_OK + "gpu: {base: h100-sxm}\n", "duplicate key 'gpu'"),
+    "alias-bomb": (BOMB, "aliases are not allowed"),
+    "top-level-list": ("- gpu\n- link\n", "top level must be a mapping, got list"),
+    "empty": ("", "top level must be a mapping, got empty"),
+    "bad-count": (_swap("{base: a100-80gb-sxm}", "{base: a100-80gb-sxm, count: 0}"), "gpu.count: "),
+    "bad-id": ("id: My Box!\n" + PROFILE_OK, "id: must be lowercase"),
+}
+
+
+def _assert_refused(r, path, fragment):
+    assert r.code == 2, (r.out, r.err)
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1, r.err
+    assert "Traceback" not in r.err
+    assert str(path) in lines[0]
+    assert fragment in lines[0], lines[0]
+    assert r.out == ""
+
+
+@pytest.mark.parametrize("case", sorted(BAD_PROFILES))
+def test_bad_profile_is_refused_in_one_line(case, cli_process, write):
+    text, fragment = BAD_PROFILES[case]
+    path = write(f"{case}.yaml", text)
+    started = time.monotonic()
+    r = cli_process("hardware", "validate", path)
+    elapsed = time.monotonic() - started
+    _assert_refused(r, path, fragment)
+    assert elapsed < 10  # a hang guard; the benchmark prints the real figure
+
+
+def test_non_utf8_profile(cli_process, write):
+    path = write("latin1.yaml", "name: caf\xe9\n".encode("latin-1"))
+    _assert_refused(cli_process("hardware", "validate", path), path, "not UTF-8")
+
+
+def test_oversized_profile(cli_process, write):
+    path = write("huge.yaml", "# " + "x" * (MAX_FILE_BYTES + 1))
+    _assert_refused(cli_process("hardware", "validate", path), path, "larger than")
+
+
+def test_missing_profile_file(cli_process, tmp_path):
+    path = tmp_path / "nope.yaml"
+    _assert_refused(cli_process("hardware", "show", path), path, "no such file")
+
+
+BAD_CONFIGS = {
+    "malformed-json": ('{"hidden_size": 4096,', "malformed JSON"),
+    "nan": ('{"hidden_size": NaN}', "NaN is not a number"),
+    "missing-hidden": (
+        json.dumps({"num_hidden_layers": 2}),
+        "hidden_size: required field is missing",
+    ),
+    "bad-heads": (
+        json.dumps(
+            {
+                "hidden_size": 64,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 8,
+                "num_key_value_heads": 3,
+                "vocab_size": 10,
+                "intermediate_size": 64,
+            }
+        ),
+        "num_key_value_heads: 8 attention heads is not a multiple of 3 KV heads",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
+def test_bad_config_json_is_refused_in_one_line(case, cli_process, tmp_path):
+    text, fragment = BAD_CONFIGS[case]
+    path = tmp_path / case / "config.json"
+    path.parent.mkdir()
+    path.write_text(text)
+    _assert_refused(cli_process("kv", path, "--seq", "1000"), path, fragment)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (("kv", "llama-3.1-8b", "--seq", "128K"), "'128K' is not a whole number"),
+        (("kv", "llama-3.1-8b", "--seq", "0"), "must be at least 1"),
+        (("kv", "llama-3.1-8b", "--seq", "1000", "--dtype", "int3"), "unknown KV precision 'int3'"),
+        (("kv", "llama-3.1-8x", "--seq", "1000"), "unknown model id 'llama-3.1-8x'"),
+        (("hardware", "show", "h100"), "unknown system id 'h100'; did you mean"),
+        (("hardware", "frobnicate"), "invalid choice"),
+    ],
+)
+def test_bad_arguments_exit_2_in_one_line(args, fragment, cli_process):
+    r = cli_process(*args)
+    assert r.code == 2
+    assert len(r.err.strip().splitlines()) == 1, r.err
+    assert fragment in r.err and "Traceback" not in r.err
