@@ -32,7 +32,7 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix src tests
 
 bench: $(STAMP)
-	$(BIN)/python -m kvoffload.bench
+	$(BIN)/python -m tests.benchmarks.bench_cli
 
 clean:
 	rm -rf $(VENV) _build book/generated .pytest_cache .hypothesis
