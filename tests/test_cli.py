@@ -6,9 +6,9 @@ import json
 import time
 
 import pytest
-from tests.test_inputs import BOMB
 
 from kvoffload.inputs import MAX_FILE_BYTES
+from tests.test_inputs import BOMB
 
 
 def test_kv_acceptance(cli):
