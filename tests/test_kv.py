@@ -277,3 +277,20 @@ def test_vectorised_over_a_grid():
     out = kv.batch_bytes(m, seq, batch)
     assert out.shape == (2, 3)
     assert out[1, 2] == 4 * 16_777_216_000
+
+
+@settings(max_examples=60, deadline=None)
+@given(shapes, st.floats(1e6, 1e12), st.integers(1, 64))
+def test_max_context_is_the_longest_that_fits(shape, budget, batch):
+    m = _model(shape)
+    s = int(kv.max_context(m, budget, batch))
+    if s < 10**9:
+        assert kv.batch_bytes(m, s + 1, batch) > budget
+    if s > 0:
+        assert kv.batch_bytes(m, s, batch) <= budget
+
+
+def test_max_context_vectorised_over_batch():
+    m = load_model("llama-3.1-8b")
+    out = kv.max_context(m, 40e9, np.array([1, 2, 4]))
+    assert list(out) == [40_000_000_000 // 131_072 // b for b in (1, 2, 4)]

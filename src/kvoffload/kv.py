@@ -95,3 +95,31 @@ def kv_size(model: Model, seq: int, batch: int = 1, fmt: KvFormat = KvFormat.BF1
         total_bytes=per_request * int(batch),
         window_capped_layers=capped,
     )
+
+
+def max_context(
+    model: Model,
+    budget_bytes: ArrayLike,
+    batch: ArrayLike = 1,
+    fmt: KvFormat = KvFormat.BF16,
+    *,
+    limit: int = 10**9,
+) -> np.ndarray:
+    """Return the longest context whose KV for ``batch`` requests fits in ``budget_bytes``.
+
+    Vectorised over budget and batch (broadcast). 0 means not even one token fits; ``limit``
+    means the cache stops growing before it (every layer slides) or fits up to ``limit`` tokens.
+    """
+    budget = np.asarray(budget_bytes, dtype=np.float64)
+    b = np.asarray(batch, dtype=np.int64)
+    budget, b = np.broadcast_arrays(budget, b)
+    lo = np.zeros(budget.shape, dtype=np.int64)  # always fits (0 tokens)
+    hi = np.full(budget.shape, limit, dtype=np.int64)
+    fits_all = batch_bytes(model, hi, b, fmt) <= budget
+    # bisection on a monotone step function: lo fits, hi does not
+    for _ in range(int(np.ceil(np.log2(limit))) + 1):
+        mid = (lo + hi + 1) // 2
+        ok = batch_bytes(model, mid, b, fmt) <= budget
+        lo = np.where(ok, mid, lo)
+        hi = np.where(ok, hi, mid - 1)
+    return np.where(fits_all, limit, lo)

@@ -1,0 +1,132 @@
+"""The chapters' tables: figures with their kind and source, computed from the specs."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+import pandas as pd
+
+from kvoffload import catalog, kv, transfer
+from kvoffload.hardware import System
+from kvoffload.inputs import load_mapping
+from kvoffload.models import Model, load_model, model_ids
+from kvoffload.precision import KvFormat
+from kvoffload.units import Dim, format_bandwidth, format_bytes, format_seconds, parse_quantity
+
+
+@cache
+def article() -> dict:
+    """Return the article's own figures (catalog/article.yaml)."""
+    return load_mapping(catalog.catalog_dir() / "article.yaml")
+
+
+def source_title(source: str) -> str:
+    """Return the title of a registered source id, or the text itself."""
+    return catalog.sources().get(source, {}).get("title", source) or "no source given"
+
+
+def tier_table(system: System) -> pd.DataFrame:
+    """Return the bandwidth of each tier: raw rating and achievable rate, each with kind and source."""
+    rows = []
+    for tier in transfer.tiers(system):
+        rows.append(
+            {
+                "tier": tier.name,
+                "rated": format_bandwidth(tier.raw.value),
+                "rated kind": tier.raw.kind.value,
+                "achievable": format_bandwidth(tier.achievable.value),
+                "achievable kind": tier.achievable.kind.value,
+                "per-transfer latency": format_seconds(tier.latency.value) if tier.latency else "—",
+                "source (achievable)": source_title(tier.achievable.source),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def layer_kv_bytes(model: Model, tokens: int, fmt: KvFormat = KvFormat.BF16) -> int:
+    """Return the K+V bytes of one full-attention layer for one request at ``tokens``."""
+    return int(kv.layer_bytes(model, tokens, fmt).max())
+
+
+def layer_move_table(system: System, model: Model, tokens: int) -> pd.DataFrame:
+    """Return the time to move one layer's K+V over each tier, rated and achievable, and the ratio to GPU memory."""
+    nbytes = layer_kv_bytes(model, tokens)
+    rows = []
+    tiers = transfer.tiers(system)
+    base_rated = float(tiers[0].time(nbytes, achievable=False))
+    base_real = float(tiers[0].time(nbytes, achievable=True))
+    for tier in tiers:
+        rated = float(tier.time(nbytes, achievable=False))
+        real = float(tier.time(nbytes, achievable=True))
+        rows.append(
+            {
+                "tier": tier.name,
+                "time at rated bandwidth (ms)": rated * 1e3,
+                "× GPU memory (rated)": rated / base_rated,
+                "time at achievable rate (ms)": real * 1e3,
+                "× GPU memory (achievable)": real / base_real,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def article_layer_figures() -> dict[str, float]:
+    """Return the article's per-tier times (s) for one layer's K+V, keyed by tier."""
+    return {
+        row["tier"]: parse_quantity(row["time"], Dim.TIME) for row in article()["layer_transfer"]
+    }
+
+
+def model_kv_table(
+    tokens: int, fmt: KvFormat = KvFormat.BF16, ids: list[str] | None = None
+) -> pd.DataFrame:
+    """Return KV bytes per token and per request at ``tokens`` for catalog models."""
+    rows = []
+    for ident in ids or model_ids():
+        m = load_model(ident)
+        windows = sorted({w for w in m.layer_windows if w is not None})
+        sliding = sum(w is not None for w in m.layer_windows)
+        per_request = int(kv.request_bytes(m, tokens, fmt))
+        rows.append(
+            {
+                "model": ident,
+                "attention": m.attention_kind.upper(),
+                "layers": m.n_layers,
+                "KV heads": "latent" if m.mla else m.n_kv_heads,
+                "cached per token and layer": " + ".join(f"{c}×{n}" for c, n in m.kv_vectors()),
+                "sliding layers": f"{sliding} (window {', '.join(map(str, windows))})"
+                if sliding
+                else "—",
+                "bytes per token": kv.bytes_per_token(m, fmt),
+                f"per request at {tokens:,} tokens": format_bytes(per_request),
+                "_per_request_bytes": per_request,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def kv_precision_table(model: Model, tokens: int) -> pd.DataFrame:
+    """Return the KV cache of one request at ``tokens`` in each KV precision."""
+    bf16 = int(kv.request_bytes(model, tokens, KvFormat.BF16))
+    rows = []
+    for fmt in KvFormat:
+        b = int(kv.request_bytes(model, tokens, fmt))
+        rows.append(
+            {
+                "precision": fmt.value,
+                "bytes per token": kv.bytes_per_token(model, fmt),
+                f"per request at {tokens:,} tokens": format_bytes(b),
+                "relative to bf16": b / bf16,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def max_context_table(
+    system: System, model: Model, batches: np.ndarray, weight_bytes: int
+) -> pd.DataFrame:
+    """Return the longest context that fits next to the weights in GPU memory, per batch."""
+    budget = system.gpu.memory.value - weight_bytes
+    out = kv.max_context(model, max(budget, 0.0), np.asarray(batches))
+    return pd.DataFrame({"batch": np.asarray(batches), "longest context that fits (tokens)": out})
