@@ -1,10 +1,10 @@
-# Set-up and checks. A fresh clone needs only `make test` (and `make book`, once the book lands).
+# Set-up and checks. A fresh clone needs only `make book` and `make test`.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: venv test lint format bench clean
+.PHONY: venv book test lint format bench clean
 
 venv: $(STAMP)
 
@@ -17,6 +17,10 @@ $(STAMP): requirements.lock pyproject.toml
 	@bash -o pipefail -c '$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -e . 2>&1 | { grep -v "^WARNING: Location" || true; }'
 	@rm -f $(VENV)/.installed-*
 	@touch $@
+
+# Execute every chapter for every hardware profile (cached by content), build _build/html offline.
+book: $(STAMP)
+	$(BIN)/kvoffload book $(if $(JOBS),--jobs $(JOBS),) $(if $(PROFILES),--profiles $(PROFILES),)
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests
@@ -33,6 +37,7 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.bench_cli
+	$(BIN)/python -m tests.benchmarks.bench_book
 
 clean:
 	rm -rf $(VENV) _build book/generated .pytest_cache .hypothesis

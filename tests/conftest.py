@@ -70,3 +70,31 @@ def write(tmp_path: Path):
         return path
 
     return put
+
+
+BOOK_PROFILES = ["article-reference", "t4-pcie3"]
+REPO = Path(__file__).resolve().parents[1]
+
+
+def copy_book_sources(dest: Path) -> Path:
+    """Copy what a book build reads (config, toc, pages, chapters) into ``dest``."""
+    import shutil
+
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("_config.yml", "_toc.yml"):
+        shutil.copy2(REPO / name, dest / name)
+    shutil.copytree(REPO / "notebooks", dest / "notebooks")
+    shutil.copytree(
+        REPO / "book", dest / "book", ignore=shutil.ignore_patterns("generated", "vendor")
+    )
+    return dest
+
+
+@pytest.fixture(scope="session")
+def built_book(tmp_path_factory):
+    """Build the book for two profiles in a copy of the sources; return (root, result)."""
+    from kvoffload.site import build_book
+
+    root = copy_book_sources(tmp_path_factory.mktemp("book"))
+    result = build_book(root, BOOK_PROFILES, n_jobs=2, progress=False)
+    return root, result

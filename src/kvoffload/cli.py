@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from kvoffload import catalog
@@ -14,6 +15,8 @@ from kvoffload.hardware import load_system, system_ids
 from kvoffload.kv import kv_size
 from kvoffload.models import load_model, model_ids
 from kvoffload.precision import WeightFormat, kv_format
+from kvoffload.runner import ChapterError
+from kvoffload.site import BuildError
 from kvoffload.units import format_bytes
 
 
@@ -193,6 +196,50 @@ def _kv(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- book and run -------------------------------------------------------------------------------
+def _jobs(text: str) -> int:
+    value = _positive_int(text)
+    if value > 64:
+        raise argparse.ArgumentTypeError(f"{text!r}: at most 64 parallel jobs")
+    return value
+
+
+def _book(args: argparse.Namespace) -> int:
+    from kvoffload.runner import find_root
+    from kvoffload.site import build_book
+
+    root = find_root()
+    profiles = [p.strip() for p in args.profiles.split(",") if p.strip()] if args.profiles else None
+    result = build_book(root, profiles, n_jobs=args.jobs, progress=not args.quiet)
+    executed = result.executed
+    cached = len(result.outcomes) - executed
+    print(f"chapters: {executed} executed, {cached} unchanged (cached)")
+    if not result.built:
+        print("site: nothing changed, the site was not rebuilt")
+    print(f"open {result.html / 'index.html'}  ({result.seconds:.1f} s)")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from kvoffload.runner import find_root
+    from kvoffload.site import run_for_profile
+
+    result = run_for_profile(
+        find_root(),
+        args.hardware,
+        model=args.model,
+        chapter_keys=args.chapter,
+        out=Path(args.out) if args.out else None,
+        n_jobs=args.jobs,
+        progress=not args.quiet,
+    )
+    for nb in result.notebooks:
+        print(f"notebook: {nb}")
+    for nb in result.notebooks:
+        print(f"page:     {result.html / (nb.stem + '.html')}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the ``kvoffload`` command."""
     p = _Parser(
@@ -236,6 +283,36 @@ def build_parser() -> argparse.ArgumentParser:
     )
     kv.add_argument("--json", action="store_true", help="print JSON")
     kv.set_defaults(func=_kv)
+    bk = sub.add_parser(
+        "book", help="execute every chapter for every profile and build _build/html"
+    )
+    bk.add_argument(
+        "--profiles",
+        help="comma-separated catalog ids (default: all); article-reference is always built",
+    )
+    bk.add_argument(
+        "--jobs",
+        type=_jobs,
+        default=None,
+        help="chapters executed in parallel (default: the number of cores)",
+    )
+    bk.add_argument("--quiet", action="store_true", help="no progress bar")
+    bk.set_defaults(func=_book)
+
+    rn = sub.add_parser(
+        "run", help="re-run chapters for one machine: executed notebooks and offline pages"
+    )
+    rn.add_argument("--hardware", required=True, help="a catalog system id or your profile YAML")
+    rn.add_argument(
+        "--model", help="a catalog model id or a HF config.json (default: each chapter's own)"
+    )
+    rn.add_argument(
+        "--chapter", nargs="+", help="chapters by number or name, e.g. 01 03 (default: all)"
+    )
+    rn.add_argument("--out", help="output folder (default: kvoffload-run/<profile id>)")
+    rn.add_argument("--jobs", type=_jobs, default=None, help="chapters executed in parallel")
+    rn.add_argument("--quiet", action="store_true", help="no progress bar")
+    rn.set_defaults(func=_run)
     return p
 
 
@@ -247,6 +324,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as exc:
         print(f"kvoffload: error: {exc}", file=sys.stderr)
         return 2
+    except (ChapterError, BuildError) as exc:
+        print(f"kvoffload: build failed: {exc}", file=sys.stderr)
+        return 1
     except BrokenPipeError:  # e.g. piped into head
         return 0
     except KeyboardInterrupt:

@@ -354,3 +354,78 @@ def _prune(generated: Path, ids: Sequence[str], chosen: Sequence[Chapter]) -> No
             for nb in folder.glob("*.ipynb"):
                 if (folder.name, nb.name) not in keep:
                     nb.unlink()
+
+
+# -- one machine, outside the book -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RunResult:
+    """What ``kvoffload run`` wrote."""
+
+    notebooks: list[Path]
+    html: Path
+    outcomes: list[Outcome]
+
+
+def run_for_profile(
+    root: Path,
+    hardware: str,
+    *,
+    model: str | None = None,
+    chapter_keys: Sequence[str] | None = None,
+    out: Path | None = None,
+    n_jobs: int | None = None,
+    progress: bool = True,
+) -> RunResult:
+    """Execute chapters for one profile into ``out`` and build offline standalone pages there."""
+    from kvoffload.runner import select
+
+    profile = resolve_profile(hardware)
+    chosen = select(chapters(root), chapter_keys)
+    if model is not None:
+        from kvoffload.models import load_model
+
+        load_model(model)  # refuse an unknown model before starting kernels
+        model = str(Path(model).resolve()) if Path(model).exists() else model
+    out = (out or Path("kvoffload-run") / profile.id).resolve()
+    params = {"model": model} if model is not None else {}
+    jobs = []
+    for chapter in chosen:
+        values = {"hardware": profile.hardware, **params}
+        check_parameters(chapter, values)
+        jobs.append(Job(chapter, profile.id, values, out / f"{chapter.name}.ipynb", profile.files))
+    outcomes = run_jobs(jobs, n_jobs=n_jobs, progress=progress)
+    src = out / ".site-src"
+    shutil.rmtree(src, ignore_errors=True)
+    (src / "book" / "generated").mkdir(parents=True)
+    for job in jobs:
+        shutil.copy2(job.out, src / job.out.name)
+    shutil.copytree(
+        root / "book" / "_static", src / "book" / "_static", ignore=shutil.ignore_patterns("vendor")
+    )
+    shutil.copytree(root / "book" / "_ext", src / "book" / "_ext")
+    vendor_assets(src / "book" / "_static")
+    bib = (root / "book" / "references.bib").read_text(encoding="utf-8")
+    (src / "book" / "references.bib").write_text(bib, encoding="utf-8")
+    (src / "book" / "generated" / "catalog.bib").write_text(catalog_bib(bib), encoding="utf-8")
+    shutil.copy2(root / "_config.yml", src / "_config.yml")
+    index = [
+        f"# {profile.system.name}",
+        "",
+        f"Chapters computed for profile `{profile.id}` by `kvoffload run`.",
+        "",
+    ]
+    index += [f"- {{doc}}`{c.title} <{c.name}>`" for c in chosen]
+    (src / "index.md").write_text("\n".join(index) + "\n", encoding="utf-8")
+    toc = ["format: jb-book", "root: index", "chapters:", *[f"  - file: {c.name}" for c in chosen]]
+    (src / "_toc.yml").write_text("\n".join(toc) + "\n", encoding="utf-8")
+    staging = out / ".site-build"
+    shutil.rmtree(staging / "_build" / "html", ignore_errors=True)
+    jupyter_book(src, staging)
+    new_html = staging / "_build" / "html"
+    offsite = check_offline(new_html)
+    if offsite:
+        raise BuildError(
+            f"pages load a script or stylesheet from another host: {', '.join(offsite[:5])}"
+        )
+    swap_in(new_html, out / "html")
+    return RunResult([j.out for j in jobs], out / "html", outcomes)

@@ -1,0 +1,122 @@
+"""The built pages in a real browser (Debian's headless Chromium): charts draw, math renders,
+search answers, the console stays clean, and nothing is fetched from another host."""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlparse
+
+import pytest
+
+from kvoffload.runner import chapters
+from tests.conftest import BOOK_PROFILES
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM:
+        message = "Chromium not found: install it with 'apt-get install chromium' to run the browser tests"
+        if os.environ.get("KVOFFLOAD_REQUIRE_BROWSER"):
+            pytest.fail(message)
+        pytest.skip(message)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+class _Quiet(SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def site(built_book):
+    root, _ = built_book
+    handler = functools.partial(_Quiet, directory=str(root / "_build" / "html"))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def _open(browser, url):
+    """Open ``url`` with every off-host request blocked and recorded; return page, errors, off-host."""
+    page = browser.new_page()
+    errors: list[str] = []
+    offhost: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+
+    def route(r):
+        if urlparse(r.request.url).hostname not in ("127.0.0.1", None):
+            offhost.append(r.request.url)
+            return r.abort()
+        return r.continue_()
+
+    page.route("**/*", route)
+    page.goto(url, wait_until="load")
+    return page, errors, offhost
+
+
+def _pages(root):
+    return [f"book/generated/{p}/{c.name}.html" for p in BOOK_PROFILES for c in chapters(root)]
+
+
+def test_every_chart_draws_without_console_errors(browser, site):
+    root, base = site
+    for rel in _pages(root):
+        page, errors, offhost = _open(browser, f"{base}/{rel}")
+        charts = page.locator(".kvoffload-chart")
+        n = charts.count()
+        assert n >= 1, rel
+        page.wait_for_function(
+            "n => document.querySelectorAll('.kvoffload-chart svg').length >= n",
+            arg=n,
+            timeout=20000,
+        )
+        for i in range(n):
+            assert charts.nth(i).locator("svg").count() >= 1, f"{rel}: chart {i} did not draw"
+        assert not errors, f"{rel}: console errors {errors}"
+        assert not offhost, f"{rel}: requested {offhost}"
+        page.close()
+
+
+def test_math_renders_offline(browser, site):
+    _, base = site
+    page, errors, offhost = _open(
+        browser, f"{base}/book/generated/article-reference/02_kv_sizing.html"
+    )
+    page.wait_for_selector("mjx-container svg", timeout=20000)
+    assert not errors and not offhost
+    page.close()
+
+
+def test_search_finds_a_chapter(browser, site):
+    _, base = site
+    page, errors, offhost = _open(browser, f"{base}/search.html?q=bandwidth")
+    page.wait_for_selector("#search-results li", timeout=20000)
+    assert page.locator("#search-results li").count() >= 1
+    assert not errors and not offhost
+    page.close()
