@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from enum import StrEnum
+from typing import Any
 
 from kvoffload.errors import InputError
 
@@ -39,26 +40,22 @@ class KvFormat(StrEnum):
     Q4_0 = "q4_0"  # llama.cpp q4_0: blocks of 32, 4-bit, fp16 scale
 
 
+def _choose(kind: type[StrEnum], name: str, what: str, field: str) -> Any:
+    try:
+        return kind(str(name).lower())
+    except ValueError:
+        choices = ", ".join(f.value for f in kind)
+        raise InputError(f"unknown {what} {name!r}; choose one of {choices}", field=field) from None
+
+
 def weight_format(name: str, *, field: str = "precision") -> WeightFormat:
     """Return the weight format called ``name`` or raise an InputError listing the choices."""
-    try:
-        return WeightFormat(str(name).lower())
-    except ValueError:
-        choices = ", ".join(f.value for f in WeightFormat)
-        raise InputError(
-            f"unknown weight precision {name!r}; choose one of {choices}", field=field
-        ) from None
+    return _choose(WeightFormat, name, "weight precision", field)
 
 
 def kv_format(name: str, *, field: str = "dtype") -> KvFormat:
     """Return the KV format called ``name`` or raise an InputError listing the choices."""
-    try:
-        return KvFormat(str(name).lower())
-    except ValueError:
-        choices = ", ".join(f.value for f in KvFormat)
-        raise InputError(
-            f"unknown KV precision {name!r}; choose one of {choices}", field=field
-        ) from None
+    return _choose(KvFormat, name, "KV precision", field)
 
 
 def kv_vector_bytes(n: int, fmt: KvFormat) -> int:

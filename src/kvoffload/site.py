@@ -288,6 +288,21 @@ def swap_in(new_html: Path, target: Path) -> None:
     shutil.rmtree(previous, ignore_errors=True)
 
 
+def build_and_swap(src: Path, staging: Path, target: Path, *, stamp: str | None = None) -> None:
+    """Build ``src`` in ``staging``, refuse off-site assets, then swap the result in as ``target``."""
+    shutil.rmtree(staging / "_build" / "html", ignore_errors=True)
+    jupyter_book(src, staging)
+    new_html = staging / "_build" / "html"
+    offsite = check_offline(new_html)
+    if offsite:
+        raise BuildError(
+            f"pages load a script or stylesheet from another host: {', '.join(offsite[:5])}"
+        )
+    if stamp is not None:
+        (new_html / ".kvoffload-inputs").write_text(stamp)
+    swap_in(new_html, target)
+
+
 @dataclass(frozen=True)
 class BookResult:
     """What a book build did."""
@@ -327,17 +342,7 @@ def build_book(
     digest = _inputs_digest(root, [])
     if stamp.is_file() and stamp.read_text() == digest:
         return BookResult(html, outcomes, False, time.perf_counter() - started)
-    staging = root / "_build" / ".staging"
-    shutil.rmtree(staging / "_build" / "html", ignore_errors=True)
-    jupyter_book(root, staging)
-    new_html = staging / "_build" / "html"
-    offsite = check_offline(new_html)
-    if offsite:
-        raise BuildError(
-            f"pages load a script or stylesheet from another host: {', '.join(offsite[:5])}"
-        )
-    (new_html / ".kvoffload-inputs").write_text(digest)
-    swap_in(new_html, html)
+    build_and_swap(root, root / "_build" / ".staging", html, stamp=digest)
     return BookResult(html, outcomes, True, time.perf_counter() - started)
 
 
@@ -418,14 +423,5 @@ def run_for_profile(
     (src / "index.md").write_text("\n".join(index) + "\n", encoding="utf-8")
     toc = ["format: jb-book", "root: index", "chapters:", *[f"  - file: {c.name}" for c in chosen]]
     (src / "_toc.yml").write_text("\n".join(toc) + "\n", encoding="utf-8")
-    staging = out / ".site-build"
-    shutil.rmtree(staging / "_build" / "html", ignore_errors=True)
-    jupyter_book(src, staging)
-    new_html = staging / "_build" / "html"
-    offsite = check_offline(new_html)
-    if offsite:
-        raise BuildError(
-            f"pages load a script or stylesheet from another host: {', '.join(offsite[:5])}"
-        )
-    swap_in(new_html, out / "html")
+    build_and_swap(src, out / ".site-build", out / "html")
     return RunResult([j.out for j in jobs], out / "html", outcomes)

@@ -36,24 +36,33 @@ def link_bandwidth(link: Link, direction: str = "h2d", *, pinned: bool = True) -
     return min(link.pageable_bandwidth.value, pinned_rate)
 
 
+def link_time(
+    system: System,
+    nbytes: ArrayLike,
+    direction: str = "h2d",
+    *,
+    transfers: ArrayLike = 1,
+    pinned: bool = True,
+) -> np.ndarray:
+    """Return seconds to copy over the link ('h2d' or 'd2h'), at the slower of link and host DRAM."""
+    rate = min(
+        link_bandwidth(system.link, direction, pinned=pinned), system.host.memory_bandwidth.value
+    )
+    return transfer_time(nbytes, rate, system.link.latency.value, transfers)
+
+
 def host_to_gpu_time(
     system: System, nbytes: ArrayLike, *, transfers: ArrayLike = 1, pinned: bool = True
 ) -> np.ndarray:
-    """Return seconds to copy host memory to the GPU (the link or host DRAM, whichever is slower)."""
-    rate = min(
-        link_bandwidth(system.link, "h2d", pinned=pinned), system.host.memory_bandwidth.value
-    )
-    return transfer_time(nbytes, rate, system.link.latency.value, transfers)
+    """Return seconds to copy host memory to the GPU."""
+    return link_time(system, nbytes, "h2d", transfers=transfers, pinned=pinned)
 
 
 def gpu_to_host_time(
     system: System, nbytes: ArrayLike, *, transfers: ArrayLike = 1, pinned: bool = True
 ) -> np.ndarray:
     """Return seconds to copy GPU memory to the host."""
-    rate = min(
-        link_bandwidth(system.link, "d2h", pinned=pinned), system.host.memory_bandwidth.value
-    )
-    return transfer_time(nbytes, rate, system.link.latency.value, transfers)
+    return link_time(system, nbytes, "d2h", transfers=transfers, pinned=pinned)
 
 
 def gpu_read_time(system: System, nbytes: ArrayLike, *, achievable: bool = False) -> np.ndarray:
