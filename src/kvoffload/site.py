@@ -162,13 +162,22 @@ def _add_switcher(path: Path, chapter: Chapter, profile: str, systems: dict[str,
     cell.pop("id", None)
     index = next(
         (
-            i + 1
+            i
             for i, c in enumerate(nb.cells)
             if c.cell_type == "markdown" and c.source.lstrip().startswith("# ")
         ),
-        0,
+        None,
     )
-    nb.cells.insert(index, cell)
+    if index is None:
+        nb.cells.insert(0, cell)
+    else:
+        # the switcher goes under the title and opening paragraph, before the first section
+        title_cell = nb.cells[index]
+        head, sep, rest = title_cell.source.partition("\n## ")
+        title_cell.source = head.rstrip()
+        nb.cells.insert(index + 1, cell)
+        if sep:
+            nb.cells.insert(index + 2, nbformat.v4.new_markdown_cell("## " + rest))
     for c in nb.cells:
         c.pop("id", None)  # ids are random per write; leave them out so rebuilds are byte-stable
     nb.nbformat_minor = 4

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import cache
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -130,3 +131,11 @@ def max_context_table(
     budget = system.gpu.memory.value - weight_bytes
     out = kv.max_context(model, max(budget, 0.0), np.asarray(batches))
     return pd.DataFrame({"batch": np.asarray(batches), "longest context that fits (tokens)": out})
+
+
+def show(df: pd.DataFrame, name: str, formats: dict | str | None = None, precision: int = 3) -> Any:
+    """Return a table styled for the page: no index column, fixed number formats, stable ids."""
+    styler = df.style.hide(axis="index").format(formats, precision=precision)
+    styler.set_uuid(name)
+    styler.set_table_attributes('class="kvoffload-table"')
+    return styler
