@@ -38,6 +38,7 @@ format: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.bench_cli
 	$(BIN)/python -m tests.benchmarks.bench_book
+	$(BIN)/python -m tests.benchmarks.bench_decode
 
 clean:
 	rm -rf $(VENV) _build book/generated .pytest_cache .hypothesis

@@ -120,3 +120,30 @@ def test_search_finds_a_chapter(browser, site):
     assert page.locator("#search-results li").count() >= 1
     assert not errors and not offhost
     page.close()
+
+
+def test_sliders_change_the_interactive_chart_without_a_kernel(browser, site):
+    _, base = site
+    page, errors, offhost = _open(
+        browser, f"{base}/book/generated/article-reference/03_decode_timing.html"
+    )
+    page.wait_for_function(
+        "document.querySelectorAll('.kvoffload-chart svg').length >= 5", timeout=20000
+    )
+    slider = page.locator(".vega-bind input[type=range]").first
+    assert slider.count() == 1
+    chart = slider.locator("xpath=ancestor::div[contains(@class,'kvoffload-chart')]")
+    paths = chart.locator("svg path")
+
+    def shapes():
+        return [paths.nth(i).get_attribute("d") for i in range(paths.count())]
+
+    before = shapes()
+    slider.evaluate(
+        "(el) => { el.value = 400; el.dispatchEvent(new Event('input', {bubbles: true})); }"
+    )
+    page.wait_for_timeout(500)
+    after = shapes()
+    assert before != after, "moving the link-bandwidth slider did not redraw the chart"
+    assert not errors and not offhost
+    page.close()

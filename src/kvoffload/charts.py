@@ -11,7 +11,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from kvoffload import kv, transfer
+from kvoffload import decode, kv, transfer
 from kvoffload.hardware import System
 from kvoffload.models import Model
 from kvoffload.precision import KvFormat, WeightFormat
@@ -211,3 +211,268 @@ def memory_fit_chart(
         .encode(y="capacity_gb:Q", x=alt.value(0), text="label:N")
     )
     return alt.layer(lines, rule, text)
+
+
+# -- chapter 03: decode timing ------------------------------------------------------------------------
+def _budget_rule(budget_ms: float) -> alt.Chart:
+    data = pd.DataFrame({"budget_ms": [budget_ms], "label": [f"TPOT budget {budget_ms:g} ms"]})
+    return (
+        alt.Chart(data)
+        .mark_rule(strokeDash=[6, 4], color="#b03a48")
+        .encode(y="budget_ms:Q", tooltip=[alt.Tooltip("label:N", title="budget")])
+    )
+
+
+def overlap_frame(setup: decode.Setup, contexts: np.ndarray, batch: int = 1) -> pd.DataFrame:
+    """Return TPOT (ms) against context for every overlap mode, one vectorised call per mode."""
+    rows = []
+    for mode in decode.OVERLAP_MODES:
+        t = decode.step(setup, contexts, batch, mode).total * 1e3
+        rows += [
+            {"overlap": mode, "context": int(c), "tpot_ms": float(v)}
+            for c, v in zip(contexts, t, strict=True)
+        ]
+    return pd.DataFrame(rows)
+
+
+def overlap_chart(
+    setup: decode.Setup, contexts: np.ndarray, batch: int = 1, budget_ms: float = 50.0
+) -> alt.LayerChart:
+    """Chart TPOT against context for each overlap mode, with the TPOT budget as a rule."""
+    lines = (
+        alt.Chart(overlap_frame(setup, contexts, batch))
+        .mark_line(point=alt.OverlayMarkDef(size=12))
+        .encode(
+            x=alt.X(
+                "context:Q",
+                scale=alt.Scale(type="log"),
+                title="context (tokens)",
+                axis=alt.Axis(format="~s"),
+            ),
+            y=alt.Y("tpot_ms:Q", scale=alt.Scale(type="log"), title="time per output token (ms)"),
+            color=alt.Color("overlap:N", title="overlap", sort=list(decode.OVERLAP_MODES)),
+            strokeDash=alt.StrokeDash("overlap:N", sort=list(decode.OVERLAP_MODES), legend=None),
+            tooltip=[
+                "overlap:N",
+                alt.Tooltip("context:Q", format=","),
+                alt.Tooltip("tpot_ms:Q", title="TPOT (ms)", format=".4g"),
+            ],
+        )
+    )
+    return alt.layer(lines, _budget_rule(budget_ms))
+
+
+def layer_frame(setup: decode.Setup, contexts: np.ndarray, batch: int = 1) -> pd.DataFrame:
+    """Return one full-attention layer's GPU time and link time (ms) against context."""
+    per = decode.stream_times(setup, contexts, batch)
+    rows = []
+    for name, key in (("GPU work of the layer", "gpu"), ("host→GPU copy of its KV", "h2d")):
+        for c, v in zip(contexts, per[key][..., 0], strict=True):
+            rows.append({"stream": name, "context": int(c), "ms": float(v) * 1e3})
+    return pd.DataFrame(rows)
+
+
+def layer_chart(setup: decode.Setup, contexts: np.ndarray, batch: int = 1) -> alt.Chart:
+    """Chart a layer's GPU time against the time to copy its offloaded KV."""
+    return (
+        alt.Chart(layer_frame(setup, contexts, batch))
+        .mark_line(point=alt.OverlayMarkDef(size=12))
+        .encode(
+            x=alt.X(
+                "context:Q",
+                scale=alt.Scale(type="log"),
+                title="context (tokens)",
+                axis=alt.Axis(format="~s"),
+            ),
+            y=alt.Y("ms:Q", scale=alt.Scale(type="log"), title="time per layer (ms)"),
+            color=alt.Color("stream:N", title=None, legend=alt.Legend(orient="bottom")),
+            tooltip=[
+                "stream:N",
+                alt.Tooltip("context:Q", format=","),
+                alt.Tooltip("ms:Q", format=".4g"),
+            ],
+        )
+    )
+
+
+def batch_frame(setup: decode.Setup, context: int, batches: np.ndarray) -> pd.DataFrame:
+    """Return TPOT (ms) against batch: all KV offloaded, and KV spilled only when HBM is full."""
+    offloaded = decode.Setup(
+        setup.system,
+        setup.model,
+        setup.weights,
+        setup.kv,
+        decode.Placement(kv=decode.Split(0, 1, 0), overlap=setup.placement.overlap),
+    )
+    spilled = decode.spill(
+        decode.Setup(
+            setup.system,
+            setup.model,
+            setup.weights,
+            setup.kv,
+            decode.Placement(overlap=setup.placement.overlap),
+        ),
+        context,
+        batches,
+    )
+    rows = []
+    for name, st in (
+        ("all KV in host memory", offloaded),
+        ("KV on the GPU until it is full", spilled),
+    ):
+        t = decode.step(st, context, batches).total * 1e3
+        rows += [
+            {"placement": name, "batch": int(b), "tpot_ms": float(v)}
+            for b, v in zip(batches, t, strict=True)
+        ]
+    return pd.DataFrame(rows)
+
+
+def batch_chart(
+    setup: decode.Setup, context: int, batches: np.ndarray, budget_ms: float = 50.0
+) -> alt.LayerChart:
+    """Chart TPOT against batch size for the two placements."""
+    lines = (
+        alt.Chart(batch_frame(setup, context, batches))
+        .mark_line(point=alt.OverlayMarkDef(size=12))
+        .encode(
+            x=alt.X("batch:Q", title="batch (requests)"),
+            y=alt.Y("tpot_ms:Q", scale=alt.Scale(type="log"), title="time per output token (ms)"),
+            color=alt.Color("placement:N", title=None, legend=alt.Legend(orient="bottom")),
+            tooltip=[
+                "placement:N",
+                "batch:Q",
+                alt.Tooltip("tpot_ms:Q", title="TPOT (ms)", format=".4g"),
+            ],
+        )
+    )
+    return alt.layer(lines, _budget_rule(budget_ms))
+
+
+def gantt_chart(events: pd.DataFrame) -> alt.Chart:
+    """Chart a step's timeline: one row per resource, one bar per segment of work."""
+    order = ["disk_read", "h2d", "cpu", "gpu", "d2h", "disk_write"]
+    return (
+        alt.Chart(events)
+        .mark_bar(height=14, stroke="white", strokeWidth=0.3)
+        .encode(
+            x=alt.X("start_ms:Q", title="time within the step (ms)"),
+            x2="end_ms:Q",
+            y=alt.Y(
+                "resource:N", sort=[r for r in order if r in set(events["resource"])], title=None
+            ),
+            color=alt.Color("task:N", title="work", sort=["load", "compute", "store"]),
+            tooltip=[
+                "resource:N",
+                "layer:Q",
+                "task:N",
+                alt.Tooltip("start_ms:Q", format=".3f"),
+                alt.Tooltip("ms:Q", title="duration (ms)", format=".3f"),
+            ],
+        )
+        .properties(height=alt.Step(22))
+    )
+
+
+def interactive_frame(setup: decode.Setup, contexts: np.ndarray) -> pd.DataFrame:
+    """Return, per context, the constants the in-browser TPOT formula needs (bytes, FLOPs)."""
+    model = setup.model
+    lay = decode.layers(model, setup.weights)
+    s = np.asarray(contexts, dtype=np.int64)
+    kv_bytes = kv.request_bytes(model, s, setup.kv).astype(float)  # one request
+    held = np.minimum(s[:, None].astype(float), lay.window)
+    attn = (lay.attn_flops * held) @ lay.count  # per request and token
+    return pd.DataFrame({"context": s, "kv_bytes": kv_bytes, "attn_flops": attn})
+
+
+def interactive_constants(setup: decode.Setup) -> dict[str, float]:
+    """Return the profile's and model's constants for the in-browser formula."""
+    sysm = setup.system
+    lay = decode.layers(setup.model, setup.weights)
+    eff = sysm.gpu.compute_efficiency.value if sysm.gpu.compute_efficiency else 1.0
+    return {
+        "weights_bytes": float(lay.weight_bytes @ lay.count),
+        "dense_flops": float(lay.dense_flops @ lay.count),
+        "hbm_bps": (sysm.gpu.memory_bandwidth_achievable or sysm.gpu.memory_bandwidth).value,
+        "peak_flops": sysm.gpu.flops_bf16.value * eff,
+        "link_gbps": min(sysm.link.h2d_bandwidth.value, sysm.host.memory_bandwidth.value) / 1e9,
+        "latency_s": sysm.link.latency.value * setup.model.n_layers,
+    }
+
+
+def tpot_formula(
+    c: dict[str, float],
+    kv_bytes: np.ndarray,
+    attn_flops: np.ndarray,
+    link_gbps: float,
+    batch: float,
+    overlap: str,
+) -> np.ndarray:
+    """Evaluate, in Python, the formula the interactive chart evaluates in the browser (ms)."""
+    gpu = np.maximum(
+        (c["weights_bytes"] + batch * kv_bytes) / c["hbm_bps"],
+        batch * (c["dense_flops"] + attn_flops) / c["peak_flops"],
+    )
+    link = batch * kv_bytes / (link_gbps * 1e9) + c["latency_s"]
+    return 1e3 * (gpu + link if overlap == "none" else np.maximum(gpu, link))
+
+
+def interactive_tpot_chart(
+    setup: decode.Setup, contexts: np.ndarray, budget_ms: float = 50.0
+) -> alt.LayerChart:
+    """Chart TPOT against context with sliders for link bandwidth, batch and a marked context.
+
+    All KV in host memory, attention on the GPU; the browser evaluates the whole-model roofline
+    (``tpot_formula``) from per-context constants computed by the package, with no kernel.
+    """
+    c = interactive_constants(setup)
+    link = alt.param(
+        name="link_gbps",
+        value=round(c["link_gbps"], 1),
+        bind=alt.binding_range(min=1, max=500, step=1, name="link bandwidth (GB/s) "),
+    )
+    batch = alt.param(
+        name="batch", value=1, bind=alt.binding_range(min=1, max=64, step=1, name="batch ")
+    )
+    mark = alt.param(
+        name="mark_context",
+        value=32000,
+        bind=alt.binding_range(
+            min=1000, max=int(max(contexts)), step=1000, name="context marker (tokens) "
+        ),
+    )
+    gpu = f"max(({c['weights_bytes']!r} + batch * datum.kv_bytes) / {c['hbm_bps']!r}, batch * ({c['dense_flops']!r} + datum.attn_flops) / {c['peak_flops']!r})"
+    xfer = f"batch * datum.kv_bytes / (link_gbps * 1e9) + {c['latency_s']!r}"
+    base = (
+        alt.Chart(interactive_frame(setup, contexts))
+        .transform_calculate(gpu_s=gpu, link_s=xfer)
+        .transform_calculate(
+            none="1000 * (datum.gpu_s + datum.link_s)",
+            perfect="1000 * max(datum.gpu_s, datum.link_s)",
+        )
+        .transform_fold(["none", "perfect"], as_=["overlap", "tpot_ms"])
+    )
+    x = alt.X(
+        "context:Q",
+        scale=alt.Scale(type="log"),
+        title="context (tokens)",
+        axis=alt.Axis(format="~s"),
+    )
+    y = alt.Y("tpot_ms:Q", scale=alt.Scale(type="log"), title="time per output token (ms)")
+    lines = base.mark_line().encode(
+        x=x,
+        y=y,
+        color=alt.Color("overlap:N", title="overlap"),
+        tooltip=[
+            "overlap:N",
+            alt.Tooltip("context:Q", format=","),
+            alt.Tooltip("tpot_ms:Q", title="TPOT (ms)", format=".4g"),
+        ],
+    )
+    marker = (
+        alt.Chart(pd.DataFrame({"x": [0]}))
+        .mark_rule(color="#7a7a7a")
+        .encode(x=alt.X("mark_context:Q", scale=alt.Scale(type="log")))
+        .transform_calculate(mark_context="mark_context")
+    )
+    return alt.layer(lines, marker, _budget_rule(budget_ms)).add_params(link, batch, mark)

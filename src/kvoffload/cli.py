@@ -196,6 +196,39 @@ def _kv(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- predict ----------------------------------------------------------------------------------------
+def _predict(args: argparse.Namespace) -> int:
+    from kvoffload.scenario import load_scenario, predict
+
+    result = predict(load_scenario(args.scenario), name=args.scenario)
+    out = result.to_json()
+    if args.json:
+        _print_json(out)
+        return 0
+    st, mem = out["step"], out["memory"]
+    print(
+        f"{out['model']} on {out['hardware']} ({out['engine']}), batch {out['workload']['batch']}, "
+        f"prompt {out['workload']['prompt']:,}, generate {out['workload']['generate']:,}, overlap {out['overlap']}"
+    )
+    print(
+        f"  TPOT {out['tpot_ms']:.2f} ms   TTFT {out['ttft_ms']:.1f} ms   "
+        f"{out['decode_tokens_per_s']:.2f} tokens/s decoding, {out['throughput_tokens_per_s']:.2f} tokens/s overall"
+    )
+    print(
+        f"  per step: GPU {st['compute_ms']:.2f} ms, link {st['transfer_ms']:.2f} ms, CPU {st['cpu_ms']:.2f} ms, "
+        f"disk {st['disk_ms']:.2f} ms; bottleneck: {out['bottleneck']}"
+    )
+    print(
+        "  TPOT by overlap mode: "
+        + ", ".join(f"{k} {v:.2f} ms" for k, v in out["tpot_ms_by_overlap"].items())
+    )
+    print(
+        f"  memory: GPU {format_bytes(mem['gpu_bytes'])} of {format_bytes(mem['gpu_capacity_bytes'])}, "
+        f"host {format_bytes(mem['cpu_bytes'])}, disk {format_bytes(mem['disk_bytes'])}"
+    )
+    return 0
+
+
 # -- book and run -------------------------------------------------------------------------------
 def _jobs(text: str) -> int:
     value = _positive_int(text)
@@ -283,6 +316,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     kv.add_argument("--json", action="store_true", help="print JSON")
     kv.set_defaults(func=_kv)
+    pr = sub.add_parser("predict", help="predict TPOT, TTFT and memory for a scenario file")
+    pr.add_argument("scenario", help="a scenario YAML (see the README)")
+    pr.add_argument("--json", action="store_true", help="print JSON")
+    pr.set_defaults(func=_predict)
+
     bk = sub.add_parser(
         "book", help="execute every chapter for every profile and build _build/html"
     )

@@ -22,6 +22,7 @@ LinkBandwidth = FigureField(Dim.BANDWIDTH, 1e7, 1e13)
 FlopRate = FigureField(Dim.FLOP_RATE, 1e9, 1e18)
 Latency = FigureField(Dim.TIME, 1e-9, 1.0, allow_zero=True)
 Iops = FigureField(Dim.RATE, 1.0, 1e9)
+Efficiency = FigureField(Dim.FRACTION, 0.01, 1.0)
 
 _STRICT = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
 
@@ -38,6 +39,7 @@ class Gpu(BaseModel):
     flops_bf16: FlopRate
     flops_fp8: FlopRate | None = None
     flops_int8: FlopRate | None = None
+    compute_efficiency: Efficiency | None = None  # share of the dense peak that GEMMs reach
     count: int = Field(1, ge=1, le=64)
 
     @model_validator(mode="after")

@@ -429,6 +429,7 @@ def run_for_profile(
         "",
     ]
     index += [f"- {{doc}}`{c.title} <{c.name}>`" for c in chosen]
+    index += ["", "## References", "", "```{bibliography}", "```"]
     (src / "index.md").write_text("\n".join(index) + "\n", encoding="utf-8")
     toc = ["format: jb-book", "root: index", "chapters:", *[f"  - file: {c.name}" for c in chosen]]
     (src / "_toc.yml").write_text("\n".join(toc) + "\n", encoding="utf-8")

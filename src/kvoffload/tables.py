@@ -139,3 +139,40 @@ def show(df: pd.DataFrame, name: str, formats: dict | str | None = None, precisi
     styler.set_uuid(name)
     styler.set_table_attributes('class="kvoffload-table"')
     return styler
+
+
+def offloaded(setup_system: System, model: Model, overlap: str = "none") -> Any:
+    """Return the decode setup with every KV byte in host memory and attention on the GPU."""
+    from kvoffload import decode
+
+    return decode.Setup(
+        setup_system, model, placement=decode.Placement(kv=decode.Split(0, 1, 0), overlap=overlap)
+    )
+
+
+def budget_table(reference: System, system: System, model: Model) -> pd.DataFrame:
+    """Return the article's TPOT-bound table beside the package's figures, article's and this profile's."""
+    from kvoffload import decode
+
+    rows = []
+    ref = offloaded(reference, model)
+    mine = offloaded(system, model)
+    for row in article()["tpot_bound"]["rows"]:
+        n = int(row["tokens"])
+        ref_step = decode.step(ref, n, 1)
+        my_step = decode.step(mine, n, 1)
+        rows.append(
+            {
+                "context": f"{row['label']} ({n:,} tokens)",
+                "article (ms)": parse_quantity(row["time"], Dim.TIME) * 1e3,
+                "link time, article's figures (ms)": float(ref_step.streams["h2d"]) * 1e3,
+                "TPOT, article's figures (ms)": float(ref_step.total) * 1e3,
+                "link time, this profile (ms)": float(my_step.streams["h2d"]) * 1e3,
+                "TPOT, this profile (ms)": float(my_step.total) * 1e3,
+                "TPOT, this profile, perfect overlap (ms)": float(
+                    decode.step(mine, n, 1, "perfect").total
+                )
+                * 1e3,
+            }
+        )
+    return pd.DataFrame(rows)

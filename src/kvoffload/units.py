@@ -23,6 +23,7 @@ class Dim(StrEnum):
     FLOP_RATE = "FLOP rate"
     TIME = "time"
     RATE = "rate"  # events per second, e.g. IOPS
+    FRACTION = "fraction"  # a share of a peak, written in percent
 
 
 EXAMPLES = {
@@ -31,6 +32,7 @@ EXAMPLES = {
     Dim.FLOP_RATE: "'312 TFLOP/s'",
     Dim.TIME: "'10 us'",
     Dim.RATE: "'1.4e6 /s' or '1400000 IOPS'",
+    Dim.FRACTION: "'70 %'",
 }
 
 _BYTE_PREFIXES = {
@@ -69,6 +71,7 @@ def _unit_table() -> dict[str, tuple[Dim, float]]:
             "IOPS": (Dim.RATE, 1.0),
             "kIOPS": (Dim.RATE, 1e3),
             "MIOPS": (Dim.RATE, 1e6),
+            "%": (Dim.FRACTION, -100.0),
         }
     )
     return table
@@ -181,12 +184,18 @@ def format_rate(r: float, *, digits: int = 4) -> str:
     return f"{r:.{digits}g} /s"
 
 
+def format_fraction(f: float, *, digits: int = 4) -> str:
+    """Format a fraction as a percentage, e.g. '70 %'."""
+    return f"{100 * f:.{digits}g} %"
+
+
 FORMATTERS = {
     Dim.BYTES: format_bytes,
     Dim.BANDWIDTH: format_bandwidth,
     Dim.FLOP_RATE: format_flops,
     Dim.TIME: format_seconds,
     Dim.RATE: format_rate,
+    Dim.FRACTION: format_fraction,
 }
 
 BASE_UNIT = {
@@ -195,6 +204,7 @@ BASE_UNIT = {
     Dim.FLOP_RATE: "FLOP/s",
     Dim.TIME: "s",
     Dim.RATE: "1/s",
+    Dim.FRACTION: "1",
 }
 
 

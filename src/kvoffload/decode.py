@@ -1,0 +1,507 @@
+"""One decode step, layer by layer, and the time per output token over a growing context.
+
+Each layer's work is split into six streams: GPU (a roofline over the bytes it reads from its own
+memory and the FLOPs at the dense peak times an efficiency from the profile), CPU (attention over
+host-resident KV), host→GPU and GPU→host copies over the link, and disk reads and writes. The
+overlap mode says how the streams combine into a step. Layers that are alike (same window, same
+weights) are computed once as a class, so sweeps over context × batch stay cheap.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import cache
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from kvoffload import kv
+from kvoffload.hardware import System
+from kvoffload.models import Model
+from kvoffload.precision import KvFormat, WeightFormat
+from kvoffload.transfer import link_bandwidth
+
+OVERLAP_MODES = ("none", "perfect", "pipeline", "flexgen")
+STREAMS = ("gpu", "cpu", "h2d", "d2h", "disk_read", "disk_write")
+STREAM_NAMES = {
+    "gpu": "GPU compute and memory",
+    "cpu": "CPU attention",
+    "h2d": "host→GPU link",
+    "d2h": "GPU→host link",
+    "disk_read": "disk reads",
+    "disk_write": "disk writes",
+}
+
+
+@dataclass(frozen=True)
+class Split:
+    """Shares of something (weights or KV cache) on the GPU, in host memory and on disk."""
+
+    gpu: float = 1.0
+    cpu: float = 0.0
+    disk: float = 0.0
+
+    @property
+    def off(self) -> float:
+        """Return the share that is not on the GPU."""
+        return self.cpu + self.disk
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where weights and KV live, where attention over offloaded KV runs, how streams overlap."""
+
+    weights: Split = field(default_factory=Split)
+    kv: Split = field(default_factory=Split)
+    attention: str = "gpu"  # 'gpu': stream offloaded KV over the link; 'cpu': attend where it lies
+    overlap: str = "none"
+    pinned: bool = True
+
+    def __post_init__(self) -> None:
+        if self.attention not in ("gpu", "cpu"):
+            raise ValueError(f"attention must be 'gpu' or 'cpu', got {self.attention!r}")
+        if self.overlap not in OVERLAP_MODES:
+            raise ValueError(f"overlap must be one of {OVERLAP_MODES}, got {self.overlap!r}")
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Everything a step depends on except the context and the batch."""
+
+    system: System
+    model: Model
+    weights: WeightFormat = WeightFormat.BF16
+    kv: KvFormat = KvFormat.BF16
+    placement: Placement = field(default_factory=Placement)
+
+    def with_overlap(self, overlap: str) -> Setup:
+        """Return the same setup with another overlap mode."""
+        p = self.placement
+        return Setup(
+            self.system,
+            self.model,
+            self.weights,
+            self.kv,
+            Placement(p.weights, p.kv, p.attention, overlap, p.pinned),
+        )
+
+
+@dataclass(frozen=True)
+class Layers:
+    """The model's layers grouped into classes of identical layers, plus the output head."""
+
+    count: np.ndarray  # layers in each class
+    order: tuple[int, ...]  # the class of each position, embedding-free, head last
+    window: np.ndarray  # tokens a layer holds at most (inf: full attention; head: 0)
+    kv_per_token: np.ndarray  # bytes one token adds to one layer's cache
+    weight_bytes: np.ndarray  # bytes of one layer's weights
+    expert_bytes: np.ndarray  # of which routed experts
+    dense_flops: np.ndarray  # FLOPs per token through the matmuls (active experts only)
+    attn_flops: np.ndarray  # FLOPs per token per cached position
+    qo_bytes: int  # query out + attention output back, per token, when the CPU attends
+    expert_use: tuple[int, int]  # (experts per token, experts) or (1, 1)
+
+
+@cache
+def layers(model: Model, weights: WeightFormat) -> Layers:
+    """Return the model's layer classes for a weight format."""
+    wb = model.weight_bytes(weights)
+    per_layer_expert = np.zeros(model.n_layers)
+    per_layer_params = np.zeros(model.n_layers)
+    per_layer_expert_params = np.zeros(model.n_layers)
+    head_params = 0
+    for t in model.tensors():
+        if t.layer is None:
+            if t.role == "output" or (t.role == "embed" and model.tie_embeddings):
+                head_params += t.params
+            continue
+        per_layer_params[t.layer] += t.params
+        if t.role.startswith("exp_"):
+            per_layer_expert_params[t.layer] += t.params
+    if model.moe:
+        share = wb.per_layer / np.maximum(per_layer_params, 1)
+        per_layer_expert = per_layer_expert_params * share
+    k, n = (model.moe.experts_per_token, model.moe.n_experts) if model.moe else (1, 1)
+    active_params = per_layer_params - per_layer_expert_params * (1 - k / n)
+    attn = 2 * model.n_heads * (model.head_dim + model.v_head_dim)
+    if model.mla:  # absorbed MLA attends over the latent
+        attn = 2 * model.n_heads * (2 * model.mla.kv_lora_rank + model.mla.qk_rope_head_dim)
+    keys = []
+    for i in range(model.n_layers):
+        w = model.layer_windows[i]
+        keys.append(
+            (
+                np.inf if w is None else float(w),
+                float(wb.per_layer[i]),
+                float(per_layer_expert[i]),
+                float(active_params[i]),
+            )
+        )
+    unique = list(dict.fromkeys(keys))
+    order = [unique.index(key) for key in keys]
+    head = (0.0, float(wb.output), 0.0, float(head_params))
+    unique.append(head)
+    order.append(len(unique) - 1)
+    arr = np.array(unique)
+    count = np.bincount(order, minlength=len(unique)).astype(float)
+    is_head = np.arange(len(unique)) == len(unique) - 1
+    return Layers(
+        count=count,
+        order=tuple(order),
+        window=arr[:, 0],
+        kv_per_token=np.where(is_head, 0.0, 1.0),  # scaled by the KV format in stream_times
+        weight_bytes=arr[:, 1],
+        expert_bytes=arr[:, 2],
+        dense_flops=2 * arr[:, 3],
+        attn_flops=np.where(is_head, 0.0, float(attn)),
+        qo_bytes=2 * 2 * model.n_heads * model.v_head_dim,
+        expert_use=(k, n),
+    )
+
+
+def _kv_token_bytes(model: Model, fmt: KvFormat) -> float:
+    return float(kv.bytes_per_token_per_layer(model, fmt)[0])
+
+
+def stream_times(setup: Setup, context: ArrayLike, batch: ArrayLike) -> dict[str, np.ndarray]:
+    """Return each stream's seconds per layer class, shape broadcast(context, batch) + (classes,)."""
+    sysm, p = setup.system, setup.placement
+    lay = layers(setup.model, setup.weights)
+    s = np.asarray(context, dtype=np.float64)[..., None]
+    b = np.asarray(batch, dtype=np.float64)[..., None]
+    kvb = lay.kv_per_token * _kv_token_bytes(setup.model, setup.kv)
+    held = np.minimum(s, lay.window)
+    kv_layer = b * held * kvb
+    new_kv = b * kvb
+    w = p.weights
+    # KV shares may be arrays over the sweep (see spill); give them the class axis
+    c = Split(
+        *(np.asarray(x, dtype=np.float64)[..., None] for x in (p.kv.gpu, p.kv.cpu, p.kv.disk))
+    )
+    gpu_attends = p.attention == "gpu"
+
+    k, n = lay.expert_use
+    active = np.minimum(1.0, b * k / n)
+    w_read = lay.weight_bytes - lay.expert_bytes + lay.expert_bytes * active
+    hbm = (sysm.gpu.memory_bandwidth_achievable or sysm.gpu.memory_bandwidth).value
+    eff = sysm.gpu.compute_efficiency.value if sysm.gpu.compute_efficiency else 1.0
+    peak = sysm.gpu.flops_bf16.value * eff
+    kv_on_gpu_share = 1.0 if gpu_attends else c.gpu
+    gpu_flops = b * lay.dense_flops + b * lay.attn_flops * held * kv_on_gpu_share
+    gpu = np.maximum((w_read + kv_layer * kv_on_gpu_share) / hbm, gpu_flops / peak)
+
+    zero = np.zeros_like(gpu)
+    if gpu_attends or np.all(np.asarray(c.off) == 0):
+        cpu = zero
+    else:
+        host_bw = sysm.host.memory_bandwidth.value
+        cpu = np.maximum(
+            kv_layer * c.off / host_bw, b * lay.attn_flops * held * c.off / sysm.host.flops.value
+        )
+
+    lat = sysm.link.latency.value
+    rate_in = min(
+        link_bandwidth(sysm.link, "h2d", pinned=p.pinned), sysm.host.memory_bandwidth.value
+    )
+    rate_out = min(
+        link_bandwidth(sysm.link, "d2h", pinned=p.pinned), sysm.host.memory_bandwidth.value
+    )
+    w_moved = lay.weight_bytes * w.off
+    kv_in = kv_layer * c.off if gpu_attends else zero
+    cpu_attends = (not gpu_attends) and bool(np.any(np.asarray(c.off) > 0))
+    qo = (
+        np.where((lay.attn_flops > 0) & (c.off > 0), b * lay.qo_bytes / 2, 0.0)
+        if cpu_attends
+        else zero
+    )
+    h2d_bytes = w_moved + kv_in + qo
+    d2h_bytes = new_kv * c.off + qo
+    n_in = (w_moved > 0) + (kv_in > 0) + (qo > 0)
+    n_out = ((new_kv * c.off) > 0) + (qo > 0)
+    h2d = h2d_bytes / rate_in + n_in * lat
+    d2h = d2h_bytes / rate_out + n_out * lat
+
+    st = sysm.storage
+    read_bytes = lay.weight_bytes * w.disk + kv_layer * c.disk
+    write_bytes = new_kv * c.disk
+    disk_read = read_bytes / st.read_bandwidth.value + (read_bytes > 0) * st.read_latency.value
+    disk_write = write_bytes / st.write_bandwidth.value
+    shape = gpu.shape
+    return {
+        "gpu": gpu,
+        "cpu": np.broadcast_to(cpu, shape),
+        "h2d": np.broadcast_to(h2d, shape),
+        "d2h": np.broadcast_to(d2h, shape),
+        "disk_read": np.broadcast_to(disk_read, shape),
+        "disk_write": np.broadcast_to(disk_write, shape),
+    }
+
+
+def _pipeline(
+    load: np.ndarray, comp: np.ndarray, store: np.ndarray, order: tuple[int, ...]
+) -> np.ndarray:
+    """Layer i computes while layer i+1 loads and layer i-1 stores; the first load is exposed."""
+    nxt = (*order[1:], -1)
+    prv = (-1, *order[:-1])
+    zero = np.zeros(load.shape[:-1])
+    total = load[..., order[0]] + store[..., order[-1]]
+    for (ci, ni, pi), times in Counter(zip(order, nxt, prv, strict=True)).items():
+        stage = np.maximum(
+            comp[..., ci],
+            np.maximum(load[..., ni] if ni >= 0 else zero, store[..., pi] if pi >= 0 else zero),
+        )
+        total = total + times * stage
+    return total
+
+
+def combine(streams: dict[str, np.ndarray], lay: Layers, overlap: str) -> np.ndarray:
+    """Return the step time from per-class stream times under one overlap mode."""
+    cnt = lay.count
+    if overlap == "none":
+        return sum(streams[k] for k in STREAMS) @ cnt
+    if overlap == "perfect":
+        return np.max(np.stack([streams[k] @ cnt for k in STREAMS]), axis=0)
+    if overlap == "flexgen":  # FlexGen's cost model: per layer, the max of its streams
+        per = np.maximum.reduce(
+            [
+                streams["h2d"],
+                streams["d2h"],
+                streams["disk_read"],
+                streams["disk_write"],
+                streams["gpu"] + streams["cpu"],
+            ]
+        )
+        return per @ cnt
+    if overlap == "pipeline":
+        load = streams["disk_read"] + streams["h2d"]
+        comp = streams["gpu"] + streams["cpu"]
+        store = streams["d2h"] + streams["disk_write"]
+        return _pipeline(load, comp, store, lay.order)
+    raise ValueError(f"unknown overlap mode {overlap!r}")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One decode step: its time and each stream's total (seconds), arrays over the sweep."""
+
+    total: np.ndarray
+    streams: dict[str, np.ndarray]
+
+    @property
+    def bottleneck(self) -> np.ndarray:
+        """Return the index into STREAMS of the stream with the most work."""
+        return np.argmax(np.stack([self.streams[k] for k in STREAMS]), axis=0)
+
+
+def step(
+    setup: Setup, context: ArrayLike, batch: ArrayLike = 1, overlap: str | None = None
+) -> Step:
+    """Return the decode step at ``context`` tokens already cached, for ``batch`` requests."""
+    lay = layers(setup.model, setup.weights)
+    per = stream_times(setup, context, batch)
+    total = combine(per, lay, overlap or setup.placement.overlap)
+    return Step(total, {k: v @ lay.count for k, v in per.items()})
+
+
+def _samples(generate: int, most: int = 16) -> np.ndarray:
+    if generate <= most:
+        return np.arange(generate, dtype=np.float64)
+    return np.linspace(0, generate - 1, most)
+
+
+def tpot(
+    setup: Setup,
+    prompt: ArrayLike,
+    generate: int = 1,
+    batch: ArrayLike = 1,
+    overlap: str | None = None,
+) -> np.ndarray:
+    """Return the mean decode step (s) over ``generate`` tokens after ``prompt`` (context grows).
+
+    Up to 16 steps are evaluated exactly; longer generations average 16 evenly spaced steps.
+    """
+    t = _samples(int(generate))
+    ctx = np.asarray(prompt, dtype=np.float64)[..., None] + t
+    b = np.asarray(batch, dtype=np.float64)[..., None]
+    return step(setup, ctx, b, overlap).total.mean(axis=-1)
+
+
+def prefill_flops(model: Model, prompt: ArrayLike, batch: ArrayLike = 1) -> np.ndarray:
+    """Return the FLOPs of the prefill: matmuls plus causal attention (windows respected)."""
+    lay = layers(model, WeightFormat.BF16)
+    s = np.asarray(prompt, dtype=np.float64)[..., None]
+    b = np.asarray(batch, dtype=np.float64)[..., None]
+    w = lay.window
+    # positions attended summed over the prompt: s^2/2 for full layers, capped by the window
+    wf = np.minimum(w, s)
+    capped = wf * wf / 2 + (s - wf) * wf
+    per_class = b * (s * lay.dense_flops + lay.attn_flops * capped)
+    return per_class @ lay.count
+
+
+def ttft(setup: Setup, prompt: ArrayLike, batch: ArrayLike = 1) -> np.ndarray:
+    """Return the prefill time (s): compute-bound matmuls and attention, weights streamed once."""
+    sysm, p = setup.system, setup.placement
+    lay = layers(setup.model, setup.weights)
+    eff = sysm.gpu.compute_efficiency.value if sysm.gpu.compute_efficiency else 1.0
+    hbm = (sysm.gpu.memory_bandwidth_achievable or sysm.gpu.memory_bandwidth).value
+    weights = float(lay.weight_bytes @ lay.count)
+    compute = np.maximum(
+        prefill_flops(setup.model, prompt, batch) / (sysm.gpu.flops_bf16.value * eff), weights / hbm
+    )
+    rate_in = min(
+        link_bandwidth(sysm.link, "h2d", pinned=p.pinned), sysm.host.memory_bandwidth.value
+    )
+    rate_out = min(
+        link_bandwidth(sysm.link, "d2h", pinned=p.pinned), sysm.host.memory_bandwidth.value
+    )
+    w_in = (
+        weights * p.weights.off / rate_in
+        + weights * p.weights.disk / sysm.storage.read_bandwidth.value
+    )
+    kv_total = kv.batch_bytes(
+        setup.model, np.asarray(prompt, dtype=np.int64), np.asarray(batch, dtype=np.int64), setup.kv
+    )
+    kv_out = (
+        kv_total * p.kv.off / rate_out + kv_total * p.kv.disk / sysm.storage.write_bandwidth.value
+    )
+    if p.overlap == "none":
+        return compute + w_in + kv_out
+    return np.maximum(compute, np.maximum(w_in, kv_out))
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Bytes each tier holds at the end of generation (weights, KV and staging buffers)."""
+
+    gpu: np.ndarray
+    cpu: np.ndarray
+    disk: np.ndarray
+    staging: np.ndarray
+
+
+def memory(setup: Setup, context: ArrayLike, batch: ArrayLike = 1) -> Memory:
+    """Return what each tier must hold at ``context`` tokens for ``batch`` requests."""
+    p = setup.placement
+    lay = layers(setup.model, setup.weights)
+    weights = float(lay.weight_bytes @ lay.count)
+    kv_total = kv.batch_bytes(
+        setup.model,
+        np.asarray(context, dtype=np.int64),
+        np.asarray(batch, dtype=np.int64),
+        setup.kv,
+    ).astype(np.float64)
+    s = np.asarray(context, dtype=np.float64)[..., None]
+    b = np.asarray(batch, dtype=np.float64)[..., None]
+    kvb = lay.kv_per_token * _kv_token_bytes(setup.model, setup.kv)
+    staged = lay.weight_bytes * p.weights.off + (
+        b * np.minimum(s, lay.window) * kvb * p.kv.off if p.attention == "gpu" else 0.0
+    )
+    buffers = 1 if p.overlap == "none" else 2  # overlap needs the next layer's buffer too
+    staging = buffers * np.max(staged, axis=-1)
+    return Memory(
+        gpu=weights * p.weights.gpu + kv_total * p.kv.gpu + staging,
+        cpu=weights * p.weights.cpu + kv_total * p.kv.cpu,
+        disk=weights * p.weights.disk + kv_total * p.kv.disk,
+        staging=staging,
+    )
+
+
+def hidden_tokens(setup: Setup, context: ArrayLike, batch: ArrayLike = 1) -> np.ndarray:
+    """Return how many offloaded tokens per layer can cross the link under one layer's GPU work.
+
+    Transfer hides behind compute when the next layer's copy takes no longer than this layer's
+    GPU time: tokens x batch x KV bytes per token and layer / link rate <= GPU time of a layer.
+    """
+    sysm = setup.system
+    on_gpu = Setup(sysm, setup.model, setup.weights, setup.kv, Placement())
+    gpu = stream_times(on_gpu, context, batch)["gpu"][..., 0]
+    rate = min(
+        link_bandwidth(sysm.link, "h2d", pinned=setup.placement.pinned),
+        sysm.host.memory_bandwidth.value,
+    )
+    per_token = np.asarray(batch, dtype=np.float64) * _kv_token_bytes(setup.model, setup.kv)
+    return np.floor(gpu * rate / per_token)
+
+
+def _bisect(ok, shape: tuple[int, ...], limit: int) -> np.ndarray:
+    """Return the largest integer n in [0, limit] with ok(n) true, per element (ok monotone)."""
+    lo = np.zeros(shape)
+    hi = np.full(shape, float(limit))
+    for _ in range(int(np.ceil(np.log2(limit))) + 1):
+        mid = np.floor((lo + hi + 1) / 2)
+        good = ok(mid)
+        lo = np.where(good, mid, lo)
+        hi = np.where(good, hi, mid - 1)
+    return lo.astype(np.int64)
+
+
+def max_context(
+    setup: Setup, budget_s: ArrayLike, batch: ArrayLike = 1, *, limit: int = 10_000_000
+) -> np.ndarray:
+    """Return the longest context whose decode step meets ``budget_s`` (0: none does; limit: all do)."""
+    budget, b = np.broadcast_arrays(
+        np.asarray(budget_s, dtype=np.float64), np.asarray(batch, dtype=np.float64)
+    )
+    return _bisect(lambda s: step(setup, s, b).total <= budget, budget.shape, limit)
+
+
+def max_batch(
+    setup: Setup, context: ArrayLike, budget_s: ArrayLike, *, limit: int = 100_000
+) -> np.ndarray:
+    """Return the largest batch that meets the step budget and fits every tier (0: none does)."""
+    ctx, budget = np.broadcast_arrays(
+        np.asarray(context, dtype=np.float64), np.asarray(budget_s, dtype=np.float64)
+    )
+    sysm = setup.system
+
+    def ok(b: np.ndarray) -> np.ndarray:
+        mem = memory(setup, ctx.astype(np.int64), b.astype(np.int64))
+        fits = (mem.gpu <= sysm.gpu.memory.value * sysm.gpu.count) & (
+            mem.cpu <= sysm.host.memory.value
+        )
+        return (b >= 1) & fits & (step(setup, ctx, np.maximum(b, 1)).total <= budget)
+
+    return _bisect(ok, ctx.shape, limit)
+
+
+def knee_context(setup: Setup, batch: ArrayLike = 1, *, limit: int = 10_000_000) -> np.ndarray:
+    """Return the longest context at which the GPU's own work still outlasts the host→GPU copies."""
+    b = np.asarray(batch, dtype=np.float64)
+
+    def ok(s: np.ndarray) -> np.ndarray:
+        st = step(setup, s, b).streams
+        return st["h2d"] <= st["gpu"]
+
+    return _bisect(ok, b.shape, limit)
+
+
+def spill(setup: Setup, context: ArrayLike, batch: ArrayLike = 1) -> Setup:
+    """Return the setup with KV kept on the GPU while it fits and the rest in host memory.
+
+    The KV shares become arrays over (context, batch): what a server that offloads only on
+    overflow would do. The weights' placement is kept.
+    """
+    p = setup.placement
+    lay = layers(setup.model, setup.weights)
+    weights = float(lay.weight_bytes @ lay.count) * p.weights.gpu
+    kv_total = kv.batch_bytes(
+        setup.model,
+        np.asarray(context, dtype=np.int64),
+        np.asarray(batch, dtype=np.int64),
+        setup.kv,
+    ).astype(np.float64)
+    free = setup.system.gpu.memory.value * setup.system.gpu.count - weights
+    # the streamed layer needs a staging buffer as large as one layer's share of the cache
+    per_layer = kv_total / max(setup.model.n_layers, 1)
+    buffers = 1 if p.overlap == "none" else 2
+    on_gpu = np.clip((free - buffers * per_layer) / np.maximum(kv_total, 1.0), 0.0, 1.0)
+    split = Split(on_gpu, 1.0 - on_gpu, 0.0)
+    return Setup(
+        setup.system,
+        setup.model,
+        setup.weights,
+        setup.kv,
+        Placement(p.weights, split, p.attention, p.overlap, p.pinned),
+    )
