@@ -90,18 +90,27 @@ def _read(path: Path) -> Any:
     return jupytext.read(path)
 
 
-def declared_parameters(chapter: Chapter) -> dict[str, Any]:
-    """Return the names and default values of the chapter's parameters cell."""
+def _parameter_cells(chapter: Chapter) -> list:
     nb = _read(chapter.path)
-    cells = [
+    return [
         c for c in nb.cells if c.cell_type == "code" and "parameters" in c.metadata.get("tags", [])
     ]
-    if len(cells) != 1:
+
+
+def is_parametrised(chapter: Chapter) -> bool:
+    """True when the chapter has a parameters cell (it is run once per profile)."""
+    return bool(_parameter_cells(chapter))
+
+
+def declared_parameters(chapter: Chapter) -> dict[str, Any]:
+    """Return the names and default values of the chapter's parameters cell ({} when it has none)."""
+    cells = _parameter_cells(chapter)
+    if len(cells) > 1:
         raise ChapterError(
             f"chapter {chapter.name}: expected one cell tagged 'parameters', found {len(cells)}"
         )
     out: dict[str, Any] = {}
-    for node in ast.parse(cells[0].source).body:
+    for node in ast.parse(cells[0].source).body if cells else []:
         if (
             isinstance(node, ast.Assign)
             and len(node.targets) == 1

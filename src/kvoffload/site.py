@@ -26,6 +26,7 @@ from kvoffload.runner import (
     chapters,
     check_parameters,
     error_outputs,
+    is_parametrised,
     run_jobs,
 )
 
@@ -135,6 +136,11 @@ def plan(
     """Return one job per chapter and profile, refusing parameters a chapter does not declare."""
     jobs = []
     for chapter in chosen or chapters(root):
+        if not is_parametrised(chapter):  # rendered once, on the reference machine's path
+            check_parameters(chapter, params or {})
+            out = out_dir / profiles[0].id / f"{chapter.name}.ipynb"
+            jobs.append(Job(chapter, profiles[0].id, dict(params or {}), out))
+            continue
         for p in profiles:
             values = {"hardware": p.hardware, **(params or {})}
             check_parameters(chapter, values)
@@ -189,6 +195,7 @@ def write_pages(
 ) -> None:
     """Write the machines page, one index per profile, the switchers and the catalog bibliography."""
     systems = {pid: load_system(pid) for pid in profile_ids}
+    chosen = [c for c in chosen if is_parametrised(c)]  # once-only chapters stay on the main path
     lines = [
         "# Machines",
         "",
@@ -357,7 +364,8 @@ def build_book(
 
 def _prune(generated: Path, ids: Sequence[str], chosen: Sequence[Chapter]) -> None:
     """Remove generated chapters of profiles or chapters that are no longer built."""
-    keep = {(pid, f"{c.name}.ipynb") for pid in ids for c in chosen}
+    keep = {(pid, f"{c.name}.ipynb") for pid in ids for c in chosen if is_parametrised(c)}
+    keep |= {(REFERENCE, f"{c.name}.ipynb") for c in chosen if not is_parametrised(c)}
     if not generated.exists():
         return
     for folder in generated.iterdir():
@@ -404,7 +412,7 @@ def run_for_profile(
     params = {"model": model} if model is not None else {}
     jobs = []
     for chapter in chosen:
-        values = {"hardware": profile.hardware, **params}
+        values = {"hardware": profile.hardware, **params} if is_parametrised(chapter) else {}
         check_parameters(chapter, values)
         jobs.append(Job(chapter, profile.id, values, out / f"{chapter.name}.ipynb", profile.files))
     outcomes = run_jobs(jobs, n_jobs=n_jobs, progress=progress)

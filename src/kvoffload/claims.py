@@ -1,0 +1,373 @@
+"""The article's claims as data: each recomputed by the package and judged by a stated rule."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from kvoffload import catalog, decode, kv, tables, transfer
+from kvoffload.hardware import build_part, load_system
+from kvoffload.inputs import load_mapping
+from kvoffload.models import load_model
+from kvoffload.precision import kv_format, weight_format
+from kvoffload.units import Dim, UnitError, format_quantity, parse_quantity
+
+VERDICTS = ("holds", "imprecise", "wrong", "not verifiable")
+DEFAULT_TOLERANCE = 0.05  # within this relative error a claim holds
+DEFAULT_WRONG_ABOVE = 0.25  # beyond this it is wrong; in between, imprecise
+
+
+# -- recomputations: each returns one number in base units (s, B, B/s) or a plain ratio ---------
+def _offloaded(system: str, model: str) -> decode.Setup:
+    return tables.offloaded(load_system(system), load_model(model))
+
+
+def part_figure(kind: str, ident: str, field: str) -> float:
+    """Return a catalog part's figure, e.g. ('gpu', 'a100-80gb-sxm', 'memory_bandwidth')."""
+    value = getattr(build_part(kind, ident), field)
+    return float(value.value)
+
+
+def system_figure(system: str, path: str) -> float:
+    """Return a system's figure by 'part.field'."""
+    part, field = path.split(".")
+    return float(getattr(getattr(load_system(system), part), field).value)
+
+
+def layer_kv_bytes(model: str, tokens: int, half: bool = False) -> float:
+    """Return one layer's K+V bytes at ``tokens`` (or K alone with ``half``)."""
+    b = tables.layer_kv_bytes(load_model(model), tokens)
+    return b / 2 if half else float(b)
+
+
+def layer_move_time(system: str, model: str, tokens: int, tier: str) -> float:
+    """Return seconds to move one layer's K+V over a tier ('gpu', 'link', 'host', 'storage')."""
+    t = {x.key: x for x in transfer.tiers(load_system(system))}[tier]
+    return float(t.time(layer_kv_bytes(model, tokens)))
+
+
+def layer_move_ratio(system: str, model: str, tokens: int, tier: str) -> float:
+    """Return a tier's time for one layer's K+V over the GPU memory's time."""
+    return layer_move_time(system, model, tokens, tier) / layer_move_time(
+        system, model, tokens, "gpu"
+    )
+
+
+def step_link_time(system: str, model: str, tokens: int, batch: int = 1) -> float:
+    """Return the seconds per decode step spent copying every layer's cache to the GPU."""
+    return float(decode.step(_offloaded(system, model), tokens, batch).streams["h2d"])
+
+
+def per_token_link_time(system: str, model: str, all_layers: bool = True) -> float:
+    """Return the link time that one cached token adds per step (all layers, or one layer)."""
+    m = load_model(model)
+    s = load_system(system)
+    per_layer = float(kv.bytes_per_token_per_layer(m)[0]) / s.link.h2d_bandwidth.value
+    return per_layer * (m.n_layers if all_layers else 1)
+
+
+def layer_gpu_time(system: str, model: str, tokens: int, batch: int = 1) -> float:
+    """Return one full-attention layer's GPU time (weights and cache read, or FLOPs)."""
+    return float(decode.stream_times(_offloaded(system, model), tokens, batch)["gpu"][..., 0])
+
+
+def layer_stall_time(system: str, model: str, tokens: int) -> float:
+    """Return how long the GPU waits per layer for the next layer's cache."""
+    return layer_move_time(system, model, tokens, "link") - layer_gpu_time(system, model, tokens)
+
+
+def layer_link_over_gpu(system: str, model: str, tokens: int) -> float:
+    """Return one layer's copy time over its GPU time."""
+    return layer_move_time(system, model, tokens, "link") / layer_gpu_time(system, model, tokens)
+
+
+def gpu_time_ratio(system: str, model: str, tokens: int, batch: int, base: int = 1) -> float:
+    """Return how much the GPU's per-step work grows from batch ``base`` to ``batch``."""
+    st = _offloaded(system, model)
+    a = float(decode.step(st, tokens, base).streams["gpu"])
+    b = float(decode.step(st, tokens, batch).streams["gpu"])
+    return b / a
+
+
+def link_time_ratio(system: str, model: str, tokens: int, batch: int, base: int = 1) -> float:
+    """Return how much the per-step link time grows from batch ``base`` to ``batch``."""
+    return step_link_time(system, model, tokens, batch) / step_link_time(
+        system, model, tokens, base
+    )
+
+
+def batch_slope_changes(system: str, model: str, tokens: int, max_batch: int = 64) -> float:
+    """Return how many times TPOT's slope against batch jumps (more than 5x) as HBM fills."""
+    s, m = load_system(system), load_model(model)
+    b = np.arange(1, max_batch + 1)
+    t = decode.step(decode.spill(decode.Setup(s, m), tokens, b), tokens, b).total
+    d = np.diff(t)
+    jumps = d[1:] / d[:-1]
+    return float(np.sum(jumps > 5))
+
+
+def batch_vs_context_growth(system: str, model: str, tokens: int, batch: int = 1) -> float:
+    """Return d ln(link time)/d ln(batch) over d ln(link time)/d ln(context): 1 means alike."""
+    st = _offloaded(system, model)
+    t0 = float(decode.step(st, tokens, batch).streams["h2d"])
+    tb = float(decode.step(st, tokens, 2 * batch).streams["h2d"])
+    ts = float(decode.step(st, 2 * tokens, batch).streams["h2d"])
+    return math.log(tb / t0) / math.log(ts / t0)
+
+
+def llamacpp_offloadable_layers(model: str) -> float:
+    """Return the layers llama.cpp offers to offload: the repeating layers plus the output layer."""
+    return float(load_model(model).n_layers + 1)
+
+
+def llamacpp_device_crossings(model: str, n_gpu_layers: int) -> float:
+    """Return how often the hidden state changes device per token with -ngl N (contiguous split)."""
+    n = load_model(model).n_layers
+    i_gpu_start = max(
+        n + 1 - n_gpu_layers, 0
+    )  # llama.cpp: layers from here on (and the output) on the GPU
+    return float(0 < i_gpu_start <= n)
+
+
+def harmonic_midpoint(fast: float, slow: float) -> float:
+    """Return tokens/s with half the layers at each speed: times add, so rates combine harmonically."""
+    return 2 / (1 / fast + 1 / slow)
+
+
+def arithmetic_midpoint(fast: float, slow: float) -> float:
+    """Return the average of two rates."""
+    return (fast + slow) / 2
+
+
+def nvme_random_share(storage: str, request: str, queue_depth: int) -> float:
+    """Return effective random-read bandwidth at a request size and queue depth over sequential."""
+    st = build_part("storage", storage)
+    size = parse_quantity(request, Dim.BYTES)
+    return float(transfer.nvme_bandwidth(st, size, queue_depth) / st.read_bandwidth.value)
+
+
+def weight_bytes(model: str, precision: str) -> float:
+    """Return a model's weight bytes in a format."""
+    return float(load_model(model).weight_bytes(weight_format(precision)).total)
+
+
+def kv_ratio(model: str, fmt: str) -> float:
+    """Return a KV format's bytes over bf16's."""
+    m = load_model(model)
+    return kv.bytes_per_token(m, kv_format(fmt)) / kv.bytes_per_token(m)
+
+
+def tpot(
+    system: str,
+    model: str,
+    tokens: int,
+    batch: int = 1,
+    overlap: str = "none",
+    kv_on_gpu: bool = False,
+) -> float:
+    """Return the decode step (s) with all KV in host memory (or on the GPU)."""
+    s, m = load_system(system), load_model(model)
+    st = decode.Setup(s, m) if kv_on_gpu else tables.offloaded(s, m, overlap)
+    return float(decode.step(st, tokens, batch, overlap).total)
+
+
+def tpot_w4_change(system: str, model: str, tokens: int) -> float:
+    """Return TPOT with int4 weights over TPOT with bf16 weights, everything on the GPU."""
+    s, m = load_system(system), load_model(model)
+    w4 = decode.Setup(s, m, weight_format("int4"))
+    return float(
+        decode.step(w4, tokens, 1).total / decode.step(decode.Setup(s, m), tokens, 1).total
+    )
+
+
+def max_context(system: str, model: str, budget: str, batch: int = 1) -> float:
+    """Return the longest context (tokens) meeting a TPOT budget with all KV in host memory."""
+    return float(
+        decode.max_context(_offloaded(system, model), parse_quantity(budget, Dim.TIME), batch)
+    )
+
+
+def storage_step_time(system: str, model: str, tokens: int) -> float:
+    """Return the seconds to read every layer's cache from storage once (KV on NVMe)."""
+    s, m = load_system(system), load_model(model)
+    return float(kv.request_bytes(m, tokens)) / s.storage.read_bandwidth.value
+
+
+def hbm_kv_time(system: str, model: str, tokens: int) -> float:
+    """Return the seconds for the GPU to read the whole cache from its own memory."""
+    s, m = load_system(system), load_model(model)
+    return float(kv.request_bytes(m, tokens)) / s.gpu.memory_bandwidth.value
+
+
+def link_over_hbm(system: str, model: str, tokens: int) -> float:
+    """Return the link time of the whole cache over the GPU memory's time for it."""
+    return step_link_time(system, model, tokens) / hbm_kv_time(system, model, tokens)
+
+
+def model_layers(model: str) -> float:
+    """Return the number of repeating layers."""
+    return float(load_model(model).n_layers)
+
+
+def link_time_at(model: str, tokens: int, rate: str) -> float:
+    """Return the seconds to copy one request's whole cache at a given link rate."""
+    return float(kv.request_bytes(load_model(model), tokens)) / parse_quantity(rate, Dim.BANDWIDTH)
+
+
+def link_over_hbm_at(system: str, model: str, tokens: int, rate: str) -> float:
+    """Return the copy time of the whole cache at ``rate`` over the GPU memory's time for it."""
+    return link_time_at(model, tokens, rate) / hbm_kv_time(system, model, tokens)
+
+
+FUNCTIONS: dict[str, Callable[..., float]] = {
+    f.__name__: f
+    for f in (
+        part_figure, system_figure, layer_kv_bytes, layer_move_time, layer_move_ratio, step_link_time,
+        per_token_link_time, layer_gpu_time, layer_stall_time, layer_link_over_gpu, gpu_time_ratio,
+        link_time_ratio, batch_slope_changes, batch_vs_context_growth, llamacpp_offloadable_layers,
+        llamacpp_device_crossings, harmonic_midpoint, arithmetic_midpoint, nvme_random_share,
+        weight_bytes, kv_ratio, tpot, tpot_w4_change, max_context, storage_step_time, hbm_kv_time,
+        link_over_hbm, model_layers, link_time_at, link_over_hbm_at,
+    )
+}  # fmt: skip
+
+
+# -- claims --------------------------------------------------------------------------------------
+def _value(x: Any) -> float:
+    """Read a claimed value: a number, or a quantity string with a unit."""
+    if isinstance(x, int | float) and not isinstance(x, bool):
+        return float(x)
+    for dim in Dim:
+        try:
+            return parse_quantity(x, dim)
+        except UnitError:
+            continue
+    raise ValueError(f"cannot read claimed value {x!r}")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim of the article."""
+
+    id: str
+    section: str
+    quote: str
+    gloss: str
+    verdict: str
+    reason: str
+    claimed: Any = None  # a value, {min, max}, or {gt|lt: x}
+    recompute: dict | None = None  # {call: name, args: {...}}
+    tolerance: float = DEFAULT_TOLERANCE
+    wrong_above: float = DEFAULT_WRONG_ABOVE
+    unit: str = ""  # how to show the values: a Dim name, or '' for a plain number
+    source: str = ""
+    correct: str = ""
+    conclusion: str = ""
+
+    def recomputed(self) -> float | None:
+        """Return the package's value for the claim, or None for a fact checked against a source."""
+        if not self.recompute:
+            return None
+        return float(FUNCTIONS[self.recompute["call"]](**self.recompute.get("args", {})))
+
+    def error(self, value: float) -> float:
+        """Return the relative distance from the claim to ``value`` (0 when a range or bound holds)."""
+        c = self.claimed
+        if isinstance(c, dict) and ("min" in c or "max" in c):
+            lo, hi = _value(c.get("min", -math.inf)), _value(c.get("max", math.inf))
+            if lo <= value <= hi:
+                return 0.0
+            bound = lo if value < lo else hi
+            return abs(bound - value) / abs(value)
+        if isinstance(c, dict) and ("gt" in c or "lt" in c):
+            ok = value > _value(c["gt"]) if "gt" in c else value < _value(c["lt"])
+            return 0.0 if ok else math.inf
+        return abs(_value(c) - value) / abs(value)
+
+    def judged(self, value: float) -> str:
+        """Return the verdict the recomputed value implies under this claim's tolerances."""
+        err = self.error(value)
+        if err <= self.tolerance:
+            return "holds"
+        return "imprecise" if err <= self.wrong_above else "wrong"
+
+    def show(self, value: float | None) -> str:
+        """Format a value in the claim's unit."""
+        if value is None:
+            return "—"
+        if self.unit:
+            return format_quantity(value, Dim[self.unit])
+        return f"{value:.4g}"
+
+    def claimed_text(self) -> str:
+        """Format what the article claims."""
+        c = self.claimed
+        if c is None:
+            return "—"
+        if isinstance(c, dict) and ("min" in c or "max" in c):
+            return f"{c.get('min', '')}–{c.get('max', '')}"
+        if isinstance(c, dict):
+            return ", ".join(f"{'>' if k == 'gt' else '<'} {v}" for k, v in c.items())
+        return str(c)
+
+
+@cache
+def load_claims() -> tuple[Claim, ...]:
+    """Return the article's claims from catalog/claims.yaml."""
+    raw = load_mapping(catalog.catalog_dir() / "claims.yaml")
+    return tuple(Claim(**c) for c in raw["claims"])
+
+
+def sections() -> list[str]:
+    """Return the article's sections in the order the claims appear."""
+    return list(dict.fromkeys(c.section for c in load_claims()))
+
+
+# -- presentation ---------------------------------------------------------------------------------
+def summary() -> dict[str, int]:
+    """Return how many claims got each verdict."""
+    counts = dict.fromkeys(VERDICTS, 0)
+    for c in load_claims():
+        counts[c.verdict] += 1
+    return counts
+
+
+def _source_link(source: str) -> str:
+    entry = catalog.sources().get(source)
+    if not entry:
+        return ""
+    title = entry.get("title", source)
+    return f"[{title}]({entry['url']})" if entry.get("url") else title
+
+
+_BADGE = {
+    "holds": "✅ holds",
+    "imprecise": "🟡 imprecise",
+    "wrong": "❌ wrong",
+    "not verifiable": "❔ not verifiable",
+}
+
+
+def section_markdown(section: str) -> str:
+    """Return Markdown for one section's claims: quote, gloss, both values, verdict, reason, source."""
+    blocks = []
+    for c in (x for x in load_claims() if x.section == section):
+        value = c.recomputed()
+        lines = [f"**{c.gloss}** — {_BADGE[c.verdict]}", "", f"> {c.quote}", ""]
+        if c.claimed is not None:
+            lines.append(f"The article: {c.claimed_text()} · recomputed: **{c.show(value)}**")
+            lines.append("")
+        lines.append(c.reason)
+        if c.correct:
+            lines += ["", f"Correct: {c.correct}"]
+        if c.conclusion:
+            lines += ["", f"*What changes:* {c.conclusion}"]
+        if c.source:
+            lines += ["", f"Source: {_source_link(c.source)}"]
+        blocks.append("\n".join(lines))
+    return "\n\n---\n\n".join(blocks)
