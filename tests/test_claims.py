@@ -50,3 +50,11 @@ def test_a_wrong_number_would_change_the_verdict():
     assert claim.judged(15.6e-3) == "holds"
     assert claim.judged(claim.recomputed()) == "imprecise"
     assert claim.judged(30e-3) == "wrong"
+
+
+def test_numbers_left_out_say_why():
+    from kvoffload.claims import omitted
+
+    assert len(omitted()) >= 3
+    for o in omitted():
+        assert o["quote"] and len(o["reason"]) > 20

@@ -323,6 +323,13 @@ def load_claims() -> tuple[Claim, ...]:
     return tuple(Claim(**c) for c in raw["claims"])
 
 
+@cache
+def omitted() -> tuple[dict, ...]:
+    """Return the article's numbers that are not claims, each with the reason it is left out."""
+    raw = load_mapping(catalog.catalog_dir() / "claims.yaml")
+    return tuple(raw.get("omitted", []))
+
+
 def sections() -> list[str]:
     """Return the article's sections in the order the claims appear."""
     return list(dict.fromkeys(c.section for c in load_claims()))
