@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kvoffload.errors import InputError
-from kvoffload.runner import ChapterError, chapters, check_parameters, is_parametrised
+from kvoffload.runner import ChapterError, chapters, check_parameters, per_profile
 from kvoffload.site import OFFSITE, build_book, jupyter_book, plan, resolve_profile, run_for_profile
 from tests.conftest import BOOK_PROFILES, copy_book_sources
 
@@ -20,8 +20,8 @@ pytestmark = pytest.mark.slow
 
 def _chapter_pages(root: Path) -> list[Path]:
     html = root / "_build" / "html"
-    every = [c for c in chapters(root) if is_parametrised(c)]
-    once = [c for c in chapters(root) if not is_parametrised(c)]
+    every = [c for c in chapters(root) if per_profile(c)]
+    once = [c for c in chapters(root) if not per_profile(c)]
     pages = [
         html / "book" / "generated" / p / f"{c.name}.html" for p in BOOK_PROFILES for c in every
     ]
@@ -31,8 +31,8 @@ def _chapter_pages(root: Path) -> list[Path]:
 def test_every_page_exists(built_book):
     root, result = built_book
     html = root / "_build" / "html"
-    every = [c for c in chapters(root) if is_parametrised(c)]
-    once = [c for c in chapters(root) if not is_parametrised(c)]
+    every = [c for c in chapters(root) if per_profile(c)]
+    once = [c for c in chapters(root) if not per_profile(c)]
     assert result.built and result.executed == len(BOOK_PROFILES) * len(every) + len(once)
     assert not (root / "_build/html/book/generated/t4-pcie3/08_claims.html").exists()
     for page in _chapter_pages(root):

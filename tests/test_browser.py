@@ -12,7 +12,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from kvoffload.runner import chapters, is_parametrised
+from kvoffload.runner import chapters, per_profile
 from tests.conftest import BOOK_PROFILES
 
 pytestmark = pytest.mark.slow
@@ -81,13 +81,13 @@ def _open(browser, url):
 
 
 def _pages(root):
-    every = [c for c in chapters(root) if is_parametrised(c)]
+    every = [c for c in chapters(root) if per_profile(c)]
     return [f"book/generated/{p}/{c.name}.html" for p in BOOK_PROFILES for c in every]
 
 
 def test_once_only_chapters_load_cleanly(browser, site):
     root, base = site
-    for c in (c for c in chapters(root) if not is_parametrised(c)):
+    for c in (c for c in chapters(root) if not per_profile(c)):
         page, errors, offhost = _open(
             browser, f"{base}/book/generated/article-reference/{c.name}.html"
         )

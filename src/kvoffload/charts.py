@@ -15,6 +15,7 @@ from kvoffload import decode, kv, transfer
 from kvoffload.hardware import System
 from kvoffload.models import Model
 from kvoffload.precision import KvFormat, WeightFormat
+from kvoffload.units import format_bytes
 
 PALETTE = ["#1f5a99", "#d9822b", "#3a8f5c", "#b03a48", "#6c4f9c", "#7a7a7a"]
 
@@ -476,3 +477,45 @@ def interactive_tpot_chart(
         .transform_calculate(mark_context="mark_context")
     )
     return alt.layer(lines, marker, _budget_rule(budget_ms)).add_params(link, batch, mark)
+
+
+def random_read_chart(rows: list[dict]) -> alt.LayerChart:
+    """Chart random-read bandwidth as a share of sequential, per request size and queue depth."""
+    data = pd.DataFrame(rows)
+    data["request"] = [format_bytes(b, binary=True) for b in data["request_bytes"]]
+    lines = (
+        alt.Chart(data)
+        .mark_line(point=alt.OverlayMarkDef(size=30))
+        .encode(
+            x=alt.X(
+                "queue_depth:Q",
+                scale=alt.Scale(type="log", base=2),
+                title="requests in flight (queue depth)",
+            ),
+            y=alt.Y(
+                "share_of_sequential:Q",
+                title="share of sequential read bandwidth",
+                axis=alt.Axis(format="%"),
+            ),
+            color=alt.Color(
+                "request:N",
+                title="request size",
+                sort=sorted(
+                    set(data["request"]),
+                    key=lambda r: data.loc[data["request"] == r, "request_bytes"].iloc[0],
+                ),
+            ),
+            tooltip=[
+                "request:N",
+                "queue_depth:Q",
+                alt.Tooltip("gb_s:Q", title="GB/s", format=".3g"),
+                alt.Tooltip("share_of_sequential:Q", format=".1%"),
+            ],
+        )
+    )
+    rule = (
+        alt.Chart(pd.DataFrame({"y": [0.1], "label": ["the article's 10% line"]}))
+        .mark_rule(strokeDash=[6, 4], color="#b03a48")
+        .encode(y="y:Q", tooltip="label:N")
+    )
+    return alt.layer(lines, rule)

@@ -229,6 +229,56 @@ def _predict(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- measure ------------------------------------------------------------------------------------------
+def _measure(args: argparse.Namespace) -> int:
+    import os
+    import socket
+    import tempfile
+
+    import yaml
+    from tqdm import tqdm
+
+    from kvoffload import measure
+    from kvoffload.hardware import build_system
+
+    if args.base not in catalog.systems():
+        raise InputError(f"unknown system id {args.base!r}", field="--base")
+    directory = Path(args.dir)
+    if not directory.is_dir():
+        raise InputError("no such directory", field="--dir", file=str(directory))
+    host = socket.gethostname().split(".")[0].lower() or "this-machine"
+    out = Path(args.out or f"measured-{host}.yaml")
+    plan = measure.Plan.quick() if args.quick else measure.Plan.full()
+    steps = 5 + 1 + len(plan.request_sizes) * len(plan.queue_depths) + len(plan.gpu_sizes) + 2
+    bar = tqdm(total=steps, desc="measuring", unit="test", disable=args.quiet)
+
+    def progress(what: str) -> None:
+        bar.set_postfix_str(what[:60])
+        bar.update(1)
+
+    report = measure.run(quick=args.quick, directory=directory, progress=progress)
+    bar.close()
+    ident = "measured-" + "".join(c if c.isalnum() else "-" for c in host)
+    raw = measure.profile(
+        report, base=args.base, ident=ident, name=f"{host}, measured by kvoffload"
+    )
+    raw = yaml.safe_load(
+        yaml.safe_dump(raw, sort_keys=False)
+    )  # plain floats, as the file will hold
+    build_system(raw, ident=ident, origin=str(out))  # refuse to write a profile that would not load
+    fd, tmp = tempfile.mkstemp(dir=out.parent if str(out.parent) else ".", suffix=".yaml")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(
+            "# Written by `kvoffload measure`: measured figures say how and when they were taken.\n"
+        )
+        yaml.safe_dump(raw, f, sort_keys=False, allow_unicode=True)
+    os.replace(tmp, out)
+    for line in measure.summarise(report):
+        print(line)
+    print(f"profile: {out}  (use it with: kvoffload run --hardware {out} --chapter 03)")
+    return 0
+
+
 # -- book and run -------------------------------------------------------------------------------
 def _jobs(text: str) -> int:
     value = _positive_int(text)
@@ -320,6 +370,18 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("scenario", help="a scenario YAML (see the README)")
     pr.add_argument("--json", action="store_true", help="print JSON")
     pr.set_defaults(func=_predict)
+
+    me = sub.add_parser("measure", help="measure this machine and write a hardware profile")
+    me.add_argument("--out", help="profile file to write (default: measured-<host>.yaml)")
+    me.add_argument("--quick", action="store_true", help="about 30 s instead of about 5 minutes")
+    me.add_argument(
+        "--base", default="a100-80gb-sxm-pcie4", help="catalog system for the parts not measured"
+    )
+    me.add_argument(
+        "--dir", default=".", help="folder for the scratch file of the storage test (default: here)"
+    )
+    me.add_argument("--quiet", action="store_true", help="no progress bar")
+    me.set_defaults(func=_measure)
 
     bk = sub.add_parser(
         "book", help="execute every chapter for every profile and build _build/html"

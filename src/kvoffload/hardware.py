@@ -124,6 +124,7 @@ class System(BaseModel):
     link: Link
     host: Host
     storage: Storage
+    measurements: dict = {}  # tables kept by `kvoffload measure`; reports read them, the model does not
 
     def figures(self) -> dict[str, Figure]:
         """Return every quantity as 'part.field' -> Figure."""
@@ -159,7 +160,7 @@ class System(BaseModel):
 
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")
-_SYSTEM_KEYS = {"id", "name", "description", "base", *catalog.PART_KINDS}
+_SYSTEM_KEYS = {"id", "name", "description", "base", "measurements", *catalog.PART_KINDS}
 
 
 def _pydantic_error(exc: ValidationError, prefix: str) -> InputError:
@@ -247,12 +248,16 @@ def build_system(raw: Any, *, ident: str, origin: str) -> System:
             built[kind] = build_part(kind, base_raw[kind])
         else:
             raise InputError("required part is missing", field=kind)
+    measurements = raw.get("measurements", {})
+    if not isinstance(measurements, dict):
+        raise InputError("must be a mapping", field="measurements")
     name = raw.get("name") or base_raw.get("name") or sid
     return System(
         id=sid,
         name=name,
         description=raw.get("description", base_raw.get("description", "")),
         origin=origin,
+        measurements=measurements,
         **built,
     )
 

@@ -97,9 +97,14 @@ def _parameter_cells(chapter: Chapter) -> list:
     ]
 
 
-def is_parametrised(chapter: Chapter) -> bool:
-    """True when the chapter has a parameters cell (it is run once per profile)."""
-    return bool(_parameter_cells(chapter))
+def per_profile(chapter: Chapter) -> bool:
+    """True when the book runs the chapter once per hardware profile.
+
+    That is a chapter whose parameters cell declares ``hardware``, unless its front matter says
+    ``kvoffload: {per_profile: false}`` (rendered once; ``kvoffload run`` can still pass a profile).
+    """
+    meta = _read(chapter.path).metadata.get("kvoffload", {}) or {}
+    return bool(meta.get("per_profile", True)) and "hardware" in declared_parameters(chapter)
 
 
 def declared_parameters(chapter: Chapter) -> dict[str, Any]:

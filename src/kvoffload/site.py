@@ -25,8 +25,9 @@ from kvoffload.runner import (
     Outcome,
     chapters,
     check_parameters,
+    declared_parameters,
     error_outputs,
-    is_parametrised,
+    per_profile,
     run_jobs,
 )
 
@@ -136,7 +137,7 @@ def plan(
     """Return one job per chapter and profile, refusing parameters a chapter does not declare."""
     jobs = []
     for chapter in chosen or chapters(root):
-        if not is_parametrised(chapter):  # rendered once, on the reference machine's path
+        if not per_profile(chapter):  # rendered once, on the reference machine's path
             check_parameters(chapter, params or {})
             out = out_dir / profiles[0].id / f"{chapter.name}.ipynb"
             jobs.append(Job(chapter, profiles[0].id, dict(params or {}), out))
@@ -195,7 +196,7 @@ def write_pages(
 ) -> None:
     """Write the machines page, one index per profile, the switchers and the catalog bibliography."""
     systems = {pid: load_system(pid) for pid in profile_ids}
-    chosen = [c for c in chosen if is_parametrised(c)]  # once-only chapters stay on the main path
+    chosen = [c for c in chosen if per_profile(c)]  # once-only chapters stay on the main path
     lines = [
         "# Machines",
         "",
@@ -364,8 +365,8 @@ def build_book(
 
 def _prune(generated: Path, ids: Sequence[str], chosen: Sequence[Chapter]) -> None:
     """Remove generated chapters of profiles or chapters that are no longer built."""
-    keep = {(pid, f"{c.name}.ipynb") for pid in ids for c in chosen if is_parametrised(c)}
-    keep |= {(REFERENCE, f"{c.name}.ipynb") for c in chosen if not is_parametrised(c)}
+    keep = {(pid, f"{c.name}.ipynb") for pid in ids for c in chosen if per_profile(c)}
+    keep |= {(REFERENCE, f"{c.name}.ipynb") for c in chosen if not per_profile(c)}
     if not generated.exists():
         return
     for folder in generated.iterdir():
@@ -412,7 +413,10 @@ def run_for_profile(
     params = {"model": model} if model is not None else {}
     jobs = []
     for chapter in chosen:
-        values = {"hardware": profile.hardware, **params} if is_parametrised(chapter) else {}
+        declared = declared_parameters(chapter)
+        values = {
+            k: v for k, v in {"hardware": profile.hardware, **params}.items() if k in declared
+        }
         check_parameters(chapter, values)
         jobs.append(Job(chapter, profile.id, values, out / f"{chapter.name}.ipynb", profile.files))
     outcomes = run_jobs(jobs, n_jobs=n_jobs, progress=progress)

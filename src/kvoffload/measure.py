@@ -1,0 +1,530 @@
+"""Measure this machine (host memory, storage, and the GPU when PyTorch with CUDA is present)
+and write a hardware profile whose measured figures say how and when they were taken."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import mmap
+import os
+import platform
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kvoffload import __version__, catalog
+from kvoffload.units import format_bandwidth, format_bytes
+
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much to measure: the quick plan fits in about 30 s, the full one in about 5 minutes."""
+
+    host_bytes: int
+    file_bytes: int
+    seconds_per_point: float
+    request_sizes: tuple[int, ...]
+    queue_depths: tuple[int, ...]
+    gpu_sizes: tuple[int, ...]
+
+    @staticmethod
+    def quick() -> Plan:
+        """Return the quick plan."""
+        return Plan(
+            256 * MiB,
+            512 * MiB,
+            0.25,
+            (4 * KiB, 64 * KiB, 1 * MiB),
+            (1, 8, 32),
+            (64 * KiB, 4 * MiB, 256 * MiB),
+        )
+
+    @staticmethod
+    def full() -> Plan:
+        """Return the full plan."""
+        return Plan(
+            1 * GiB,
+            4 * GiB,
+            1.0,
+            (4 * KiB, 16 * KiB, 64 * KiB, 256 * KiB, 1 * MiB),
+            (1, 2, 4, 8, 16, 32),
+            (4 * KiB, 64 * KiB, 1 * MiB, 16 * MiB, 256 * MiB, 1 * GiB),
+        )
+
+
+@dataclass
+class Report:
+    """What was measured, what was skipped and why."""
+
+    figures: dict[str, dict[str, Any]] = field(
+        default_factory=dict
+    )  # 'part.field' -> figure mapping
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _provenance(what: str) -> str:
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return f"kvoffload {__version__} measure ({what}) on {socket.gethostname()}, {platform.platform()}, {stamp}"
+
+
+def _figure(value: str, what: str, note: str = "") -> dict[str, Any]:
+    out = {"value": value, "kind": "measured", "source": _provenance(what)}
+    if note:
+        out["note"] = note
+    return out
+
+
+def _gbps(x: float) -> str:
+    return f"{x / 1e9:.4g} GB/s"
+
+
+def _best_rate(nbytes: int, run: Callable[[], None], seconds: float) -> float:
+    """Return the best bytes/s over repeated runs within ``seconds`` (at least three runs)."""
+    rates = []
+    deadline = time.perf_counter() + seconds
+    while len(rates) < 3 or time.perf_counter() < deadline:
+        t0 = time.perf_counter()
+        run()
+        rates.append(nbytes / (time.perf_counter() - t0))
+        if len(rates) >= 50:
+            break
+    return max(rates)
+
+
+# -- host memory ----------------------------------------------------------------------------------
+def host_memory(plan: Plan, report: Report, progress: Callable[[str], None]) -> None:
+    """Measure read and copy bandwidth with numpy, one thread and all cores, and the CPU's FLOP rate."""
+    n = plan.host_bytes // 8
+    src = np.ones(n, dtype=np.float64)
+    dst = np.empty_like(src)
+    cores = os.cpu_count() or 1
+    progress("host memory: single-thread read")
+    read1 = _best_rate(src.nbytes, lambda: src.sum(), plan.seconds_per_point)
+    progress("host memory: single-thread copy")
+    copy1 = _best_rate(2 * src.nbytes, lambda: np.copyto(dst, src), plan.seconds_per_point)
+    chunks = np.array_split(np.arange(n), cores)
+    bounds = [(c[0], c[-1] + 1) for c in chunks if len(c)]
+
+    def parallel(fn: Callable[[int, int], Any]) -> Callable[[], None]:
+        def run() -> None:
+            with ThreadPoolExecutor(max_workers=len(bounds)) as pool:
+                list(pool.map(lambda b: fn(*b), bounds))
+
+        return run
+
+    progress(f"host memory: {cores}-thread read")
+    read_n = _best_rate(src.nbytes, parallel(lambda a, b: src[a:b].sum()), plan.seconds_per_point)
+    progress(f"host memory: {cores}-thread copy")
+    copy_n = _best_rate(
+        2 * src.nbytes, parallel(lambda a, b: np.copyto(dst[a:b], src[a:b])), plan.seconds_per_point
+    )
+    progress("CPU: float32 matrix multiply")
+    a = np.ones((1024, 1024), dtype=np.float32)
+    flops = _best_rate(2 * 1024**3, lambda: a @ a, plan.seconds_per_point)
+    report.tables["host_memory"] = [
+        {"test": "read (numpy sum)", "threads": 1, "gb_s": read1 / 1e9},
+        {"test": "copy (numpy copyto, read + write counted)", "threads": 1, "gb_s": copy1 / 1e9},
+        {"test": "read (numpy sum)", "threads": cores, "gb_s": read_n / 1e9},
+        {
+            "test": "copy (numpy copyto, read + write counted)",
+            "threads": cores,
+            "gb_s": copy_n / 1e9,
+        },
+    ]
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    report.figures["host.memory"] = _figure(f"{total} B", "os.sysconf physical pages x page size")
+    best = max(read_n, read1)
+    report.figures["host.memory_bandwidth"] = _figure(
+        _gbps(best),
+        f"numpy sum over {format_bytes(src.nbytes, binary=True)}, {cores} threads",
+        f"single thread {_gbps(read1)}",
+    )
+    report.figures["host.flops"] = _figure(
+        f"{flops / 1e9:.4g} GFLOP/s", "numpy float32 1024x1024 matmul", "BLAS threads as configured"
+    )
+    report.figures["host.cores"] = {"value": cores}
+
+
+# -- storage ----------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _scratch_file(directory: Path, nbytes: int) -> Iterator[Path]:
+    fd, name = tempfile.mkstemp(prefix=".kvoffload-measure-", dir=directory)
+    path = Path(name)
+    try:
+        block = os.urandom(MiB)
+        with os.fdopen(fd, "wb") as f:
+            for _ in range(nbytes // MiB):
+                f.write(block)
+            f.flush()
+            os.fsync(f.fileno())
+        yield path
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def _open_direct(path: Path) -> tuple[int, bool]:
+    flag = getattr(os, "O_DIRECT", 0)
+    if flag:
+        try:
+            return os.open(path, os.O_RDONLY | flag), True
+        except OSError:
+            pass
+    return os.open(path, os.O_RDONLY), False
+
+
+def _drop_cache(fd: int) -> None:
+    with contextlib.suppress(AttributeError, OSError):
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+
+
+def _random_reads(
+    fd: int, file_bytes: int, size: int, depth: int, seconds: float, direct: bool
+) -> float:
+    """Return bytes/s for random ``size`` reads with ``depth`` requests in flight."""
+    blocks = file_bytes // size
+    stop = time.perf_counter() + seconds
+    done = [0] * depth
+    lock = threading.Lock()
+
+    def worker(i: int) -> None:
+        rng = np.random.default_rng(i)
+        buf = mmap.mmap(-1, size)  # page-aligned, as O_DIRECT needs
+        while time.perf_counter() < stop:
+            offset = int(rng.integers(blocks)) * size
+            os.preadv(fd, [buf], offset)
+            with lock:
+                done[i] += size
+        buf.close()
+
+    if not direct:
+        _drop_cache(fd)
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(depth)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(done) / (time.perf_counter() - t0)
+
+
+def storage(plan: Plan, report: Report, progress: Callable[[str], None], directory: Path) -> None:
+    """Measure sequential write and read, and random reads over request sizes and queue depths."""
+    progress(
+        f"storage: writing a {format_bytes(plan.file_bytes, binary=True)} scratch file in {directory}"
+    )
+    t0 = time.perf_counter()
+    with _scratch_file(directory, plan.file_bytes) as path:
+        write = plan.file_bytes / (time.perf_counter() - t0)
+        fd, direct = _open_direct(path)
+        try:
+            if not direct:
+                report.notes.append(
+                    "direct I/O is not supported on this filesystem: reads went through the page cache, "
+                    "which was dropped before each test (posix_fadvise), so figures may still be inflated"
+                )
+            progress("storage: sequential read")
+            _drop_cache(fd)
+            buf = mmap.mmap(-1, 1 * MiB)
+            t0 = time.perf_counter()
+            offset = 0
+            while offset < plan.file_bytes:
+                got = os.preadv(fd, [buf], offset)
+                if got <= 0:
+                    break
+                offset += got
+            seq = offset / (time.perf_counter() - t0)
+            buf.close()
+            rows = []
+            for size in plan.request_sizes:
+                for depth in plan.queue_depths:
+                    progress(
+                        f"storage: random {format_bytes(size, binary=True)} reads, queue depth {depth}"
+                    )
+                    rate = _random_reads(
+                        fd, plan.file_bytes, size, depth, plan.seconds_per_point, direct
+                    )
+                    rows.append(
+                        {
+                            "request_bytes": size,
+                            "queue_depth": depth,
+                            "gb_s": rate / 1e9,
+                            "share_of_sequential": rate / seq,
+                        }
+                    )
+        finally:
+            os.close(fd)
+    report.tables["storage_random_reads"] = rows
+    how = "O_DIRECT" if direct else "buffered, page cache dropped"
+    report.figures["storage.read_bandwidth"] = _figure(
+        _gbps(seq),
+        f"sequential 1 MiB preadv over {format_bytes(plan.file_bytes, binary=True)}, {how}",
+    )
+    report.figures["storage.write_bandwidth"] = _figure(
+        _gbps(write), "sequential 1 MiB writes then fsync"
+    )
+    qd1 = next(
+        r for r in rows if r["request_bytes"] == min(plan.request_sizes) and r["queue_depth"] == 1
+    )
+    small = min(plan.request_sizes)
+    latency = max(small / (qd1["gb_s"] * 1e9) - small / seq, 1e-7)
+    report.figures["storage.read_latency"] = _figure(
+        f"{latency * 1e6:.4g} us",
+        f"{format_bytes(small, binary=True)} random reads at queue depth 1, {how}",
+    )
+    iops = max(r["gb_s"] * 1e9 / small for r in rows if r["request_bytes"] == small)
+    report.figures["storage.random_read_iops"] = _figure(
+        f"{iops:.4g} /s",
+        f"{format_bytes(small, binary=True)} random reads, best queue depth, {how}",
+    )
+
+
+# -- GPU ------------------------------------------------------------------------------------------------
+def gpu(plan: Plan, report: Report, progress: Callable[[str], None]) -> None:
+    """Measure host↔device copies, device memory bandwidth and one attention step, with PyTorch."""
+    try:
+        import torch
+    except ImportError:
+        report.skipped.append("GPU: PyTorch is not installed, so no GPU figure was measured")
+        return
+    if not torch.cuda.is_available():
+        report.skipped.append("GPU: PyTorch has no CUDA device here, so no GPU figure was measured")
+        return
+    dev = torch.device("cuda")
+
+    def timed(fn: Callable[[], Any], repeat: int = 5) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        fn()
+        torch.cuda.synchronize()
+        best = float("inf")
+        for _ in range(repeat):
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            best = min(best, start.elapsed_time(end) / 1e3)
+        return best
+
+    rows = []
+    for size in plan.gpu_sizes:
+        progress(f"GPU: copies of {format_bytes(size, binary=True)}")
+        d = torch.empty(size, dtype=torch.uint8, device=dev)
+        for pinned in (True, False):
+            h = torch.empty(size, dtype=torch.uint8, pin_memory=pinned)
+            h2d = size / timed(lambda h=h, d=d, nb=pinned: d.copy_(h, non_blocking=nb))
+            d2h = size / timed(lambda h=h, d=d, nb=pinned: h.copy_(d, non_blocking=nb))
+            rows.append(
+                {"bytes": size, "pinned": pinned, "h2d_gb_s": h2d / 1e9, "d2h_gb_s": d2h / 1e9}
+            )
+    report.tables["gpu_copies"] = rows
+    big = max(plan.gpu_sizes)
+    pinned_big = next(r for r in rows if r["bytes"] == big and r["pinned"])
+    pageable_big = next(r for r in rows if r["bytes"] == big and not r["pinned"])
+    smallest = next(r for r in rows if r["bytes"] == min(plan.gpu_sizes) and r["pinned"])
+    latency = max(
+        min(plan.gpu_sizes) / (smallest["h2d_gb_s"] * 1e9)
+        - min(plan.gpu_sizes) / (pinned_big["h2d_gb_s"] * 1e9),
+        1e-7,
+    )
+    report.figures["link.h2d_bandwidth"] = _figure(
+        _gbps(pinned_big["h2d_gb_s"] * 1e9),
+        f"torch pinned copy_ of {format_bytes(big, binary=True)}",
+    )
+    report.figures["link.d2h_bandwidth"] = _figure(
+        _gbps(pinned_big["d2h_gb_s"] * 1e9),
+        f"torch pinned copy_ of {format_bytes(big, binary=True)}",
+    )
+    report.figures["link.pageable_bandwidth"] = _figure(
+        _gbps(pageable_big["h2d_gb_s"] * 1e9),
+        f"torch pageable copy_ of {format_bytes(big, binary=True)}",
+    )
+    report.figures["link.latency"] = _figure(
+        f"{latency * 1e6:.4g} us", "smallest pinned copy minus its share of the large-copy rate"
+    )
+    progress("GPU: device memory bandwidth")
+    x = torch.empty(big // 2, dtype=torch.uint8, device=dev)
+    y = torch.empty_like(x)
+    hbm = 2 * x.numel() / timed(lambda: y.copy_(x))
+    report.figures["gpu.memory_bandwidth_achievable"] = _figure(
+        _gbps(hbm), "torch device copy_, read + write counted"
+    )
+    progress("GPU: one attention step over a cache on the GPU and streamed from pinned host memory")
+    heads, dim, tokens, layers = 8, 128, 32768, 8
+    q = torch.randn(1, 32, 1, dim, device=dev, dtype=torch.float16)
+    kv_host = [
+        torch.randn(2, 1, heads, tokens, dim, dtype=torch.float16).pin_memory()
+        for _ in range(layers)
+    ]
+    kv_dev = [t.to(dev) for t in kv_host]
+    buf = [torch.empty_like(kv_dev[0]) for _ in range(2)]
+    stream = torch.cuda.Stream()
+
+    def attend(kv: Any) -> Any:
+        k = kv[0].repeat_interleave(4, dim=1)
+        v = kv[1].repeat_interleave(4, dim=1)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+    on_gpu = timed(lambda: [attend(kv) for kv in kv_dev], 3)
+
+    def streamed() -> None:
+        for kv in kv_host:
+            buf[0].copy_(kv, non_blocking=True)
+            attend(buf[0])
+
+    def prefetched() -> None:
+        with torch.cuda.stream(stream):
+            buf[0].copy_(kv_host[0], non_blocking=True)
+        for i in range(layers):
+            torch.cuda.current_stream().wait_stream(stream)
+            if i + 1 < layers:
+                with torch.cuda.stream(stream):
+                    buf[(i + 1) % 2].copy_(kv_host[i + 1], non_blocking=True)
+            attend(buf[i % 2])
+
+    report.tables["gpu_attention_step"] = [
+        {"placement": "KV on the GPU", "ms": on_gpu * 1e3, "layers": layers, "tokens": tokens},
+        {
+            "placement": "KV streamed from pinned host memory",
+            "ms": timed(streamed, 3) * 1e3,
+            "layers": layers,
+            "tokens": tokens,
+        },
+        {
+            "placement": "streamed, next layer prefetched on a second stream",
+            "ms": timed(prefetched, 3) * 1e3,
+            "layers": layers,
+            "tokens": tokens,
+        },
+    ]
+    report.notes.append(f"GPU: {torch.cuda.get_device_name(0)}, PyTorch {torch.__version__}")
+
+
+# -- the profile ------------------------------------------------------------------------------------------
+def run(*, quick: bool, directory: Path, progress: Callable[[str], None] | None = None) -> Report:
+    """Measure everything this machine allows; a part that cannot be measured is skipped with its reason."""
+    return run_plan(Plan.quick() if quick else Plan.full(), directory=directory, progress=progress)
+
+
+def run_plan(
+    plan: Plan, *, directory: Path, progress: Callable[[str], None] | None = None
+) -> Report:
+    """Measure with an explicit plan (what ``run`` does with the quick or full plan)."""
+    report = Report()
+    say = progress or (lambda _: None)
+    host_memory(plan, report, say)
+    try:
+        storage(plan, report, say, directory)
+    except OSError as exc:
+        report.skipped.append(f"storage: could not measure in {directory}: {exc.strerror or exc}")
+    try:
+        gpu(plan, report, say)
+    except Exception as exc:  # a broken driver must not lose the host and storage figures
+        report.skipped.append(f"GPU: measurement failed: {type(exc).__name__}: {exc}")
+    return report
+
+
+def profile(report: Report, *, base: str, ident: str, name: str) -> dict[str, Any]:
+    """Return a profile mapping: measured figures over the ``base`` catalog system's parts."""
+    systems = catalog.systems()
+    base_raw = systems[base]
+    out: dict[str, Any] = {
+        "id": ident,
+        "name": name,
+        "description": f"Measured by kvoffload measure; parts it could not measure come from {base}.",
+    }
+    parts: dict[str, Any] = {}
+    for key, fig in report.figures.items():
+        part, fld = key.split(".")
+        parts.setdefault(part, {})[fld] = fig["value"] if fld == "cores" else fig
+    if "host" in parts:  # a measured host is written whole: the base host's peak need not bound it
+        parts["host"] = {
+            "name": f"this machine's host ({platform.processor() or platform.machine()})",
+            **parts["host"],
+        }
+    if "storage" in parts:
+        parts["storage"] = {"name": "the measured filesystem's device", **parts["storage"]}
+    for part in catalog.PART_KINDS:
+        ref = base_raw[part]
+        if part not in parts:
+            parts[part] = ref
+        elif part in ("gpu", "link"):  # measured figures over the base part
+            parts[part] = (
+                {"base": ref, **parts[part]} if isinstance(ref, str) else {**ref, **parts[part]}
+            )
+    out.update(parts)
+    out["measurements"] = {
+        "tables": report.tables,
+        "skipped": report.skipped,
+        "notes": report.notes,
+    }
+    return out
+
+
+def summarise(report: Report) -> list[str]:
+    """Return one line per measured figure and per skip, for the terminal."""
+    lines = []
+    for key, fig in report.figures.items():
+        if isinstance(fig, dict) and "kind" in fig:
+            lines.append(f"  {key:<32} {fig['value']}")
+    lines += [f"  skipped: {s}" for s in report.skipped]
+    lines += [f"  note: {n}" for n in report.notes]
+    best = max(
+        (r for r in report.tables.get("storage_random_reads", [])),
+        key=lambda r: r["gb_s"],
+        default=None,
+    )
+    if best:
+        lines.append(
+            f"  best random read: {format_bandwidth(best['gb_s'] * 1e9)} at {format_bytes(best['request_bytes'], binary=True)} x QD {best['queue_depth']}"
+        )
+    return lines
+
+
+def nearest_system(system: Any) -> tuple[str, list[dict[str, Any]]]:
+    """Return the catalog system closest to ``system`` (log distance over the tiers' rates)."""
+    from kvoffload.hardware import load_system
+
+    def rates(s: Any) -> dict[str, float]:
+        return {
+            "GPU memory": (s.gpu.memory_bandwidth_achievable or s.gpu.memory_bandwidth).value,
+            "host→GPU link": s.link.h2d_bandwidth.value,
+            "host DRAM": s.host.memory_bandwidth.value,
+            "storage read": s.storage.read_bandwidth.value,
+        }
+
+    mine = rates(system)
+    best, best_d = "", float("inf")
+    for ident in catalog.systems():
+        if ident == "article-reference":  # the article's assumptions, not a machine
+            continue
+        other = rates(load_system(ident))
+        d = sum(np.log(mine[k] / other[k]) ** 2 for k in mine)
+        if d < best_d:
+            best, best_d = ident, d
+    other = rates(load_system(best))
+    rows = [
+        {
+            "tier": k,
+            "this machine": format_bandwidth(mine[k]),
+            best: format_bandwidth(other[k]),
+            "ratio": mine[k] / other[k],
+        }
+        for k in mine
+    ]
+    return best, rows
+
+
+def random_read_rows(system: Any) -> list[dict[str, Any]]:
+    """Return the random-read table a measured profile keeps (empty for a catalog profile)."""
+    return list(system.measurements.get("tables", {}).get("storage_random_reads", []))

@@ -1,0 +1,123 @@
+"""`kvoffload measure`: a profile that validates, positive figures, skips instead of crashes."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kvoffload import measure
+from kvoffload.hardware import build_system, load_system
+from kvoffload.units import Dim, parse_quantity
+
+KiB, MiB = 1 << 10, 1 << 20
+TINY = measure.Plan(8 * MiB, 16 * MiB, 0.02, (4 * KiB, 64 * KiB), (1, 4), (64 * KiB,))
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    return measure.run_plan(TINY, directory=tmp_path_factory.mktemp("scratch"))
+
+
+def test_measured_figures_are_positive_and_finite(report):
+    for key, fig in report.figures.items():
+        if key == "host.cores":
+            assert fig["value"] >= 1
+            continue
+        assert (
+            fig["kind"] == "measured"
+            and "kvoffload" in fig["source"]
+            and "measure" in fig["source"]
+        )
+        for dim in Dim:
+            try:
+                value = parse_quantity(fig["value"], dim)
+            except ValueError:
+                continue
+            assert value > 0 and math.isfinite(value), key
+            break
+
+
+def test_the_profile_validates_and_keeps_its_tables(report, tmp_path):
+    raw = yaml.safe_load(
+        yaml.safe_dump(measure.profile(report, base="rtx-4090-desktop", ident="me", name="me"))
+    )
+    path = tmp_path / "me.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    system = load_system(path)
+    assert system.host.memory_bandwidth.kind.value == "measured"
+    assert system.gpu.name == load_system("rtx-4090-desktop").gpu.name  # from the base
+    rows = measure.random_read_rows(system)
+    assert {r["queue_depth"] for r in rows} == {1, 4}
+    assert all(r["gb_s"] > 0 for r in rows)
+
+
+def test_without_pytorch_the_gpu_is_skipped_with_a_reason(report):
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        assert any("GPU" in s and "PyTorch" in s for s in report.skipped)
+        assert not any(k.startswith(("gpu.", "link.")) for k in report.figures)
+
+
+def test_no_direct_io_degrades_to_a_stated_caveat(tmp_path, monkeypatch):
+    monkeypatch.delattr(os, "O_DIRECT", raising=False)
+    r = measure.run_plan(TINY, directory=tmp_path)
+    assert "storage.read_bandwidth" in r.figures
+    assert any("direct I/O" in n for n in r.notes)
+
+
+def test_an_unwritable_folder_is_a_skip_not_a_crash(tmp_path):
+    r = measure.run_plan(TINY, directory=tmp_path / "missing")
+    assert any(s.startswith("storage:") for s in r.skipped)
+    assert "host.memory_bandwidth" in r.figures
+
+
+def test_scratch_files_are_removed(tmp_path):
+    measure.run_plan(TINY, directory=tmp_path)
+    assert not list(tmp_path.glob(".kvoffload-measure-*"))
+
+
+def test_the_written_profile_would_not_be_half_written(report, tmp_path):
+    raw = measure.profile(report, base="t4-pcie3", ident="me", name="me")
+    raw = yaml.safe_load(yaml.safe_dump(raw))
+    build_system(raw, ident="me", origin="test")  # what the CLI does before writing
+
+
+@pytest.mark.slow
+def test_cli_quick_then_run_chapter_03(cli_process, tmp_path):
+    from tests.conftest import copy_book_sources
+
+    out = tmp_path / "me.yaml"
+    r = cli_process("measure", "--quick", "--quiet", "--out", out, "--dir", tmp_path, timeout=120)
+    assert r.code == 0, r.err
+    assert "profile:" in r.out and out.is_file()
+    root = copy_book_sources(tmp_path / "book")
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kvoffload",
+            "run",
+            "--hardware",
+            str(out),
+            "--chapter",
+            "03",
+            "--out",
+            str(tmp_path / "run"),
+            "--quiet",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "run" / "html" / "03_decode_timing.html").is_file()
+    assert Path(out).read_text().count("kind: measured") >= 5
