@@ -40,6 +40,11 @@ def _theme() -> alt.theme.ThemeConfig:
     }
 
 
+def _log_axis(field: str, title: str) -> alt.X:
+    """Return a logarithmic quantitative x axis with SI-suffixed labels."""
+    return alt.X(f"{field}:Q", scale=alt.Scale(type="log"), title=title, axis=alt.Axis(format="~s"))
+
+
 def chart_id(spec: dict) -> str:
     """Return a div id derived from the spec, so identical inputs give identical HTML."""
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
@@ -119,12 +124,7 @@ def transfer_time_chart(system: System) -> alt.Chart:
         alt.Chart(data)
         .mark_line(point=alt.OverlayMarkDef(size=12))
         .encode(
-            x=alt.X(
-                "payload_bytes:Q",
-                scale=alt.Scale(type="log"),
-                title="payload (bytes)",
-                axis=alt.Axis(format="~s"),
-            ),
+            x=_log_axis("payload_bytes", "payload (bytes)"),
             y=alt.Y("time_ms:Q", scale=alt.Scale(type="log"), title="time for one transfer (ms)"),
             color=alt.Color(
                 "tier:N",
@@ -181,12 +181,7 @@ def memory_fit_chart(
         alt.Chart(data)
         .mark_line(point=alt.OverlayMarkDef(size=14))
         .encode(
-            x=alt.X(
-                "context:Q",
-                scale=alt.Scale(type="log"),
-                title="context (tokens)",
-                axis=alt.Axis(format="~s"),
-            ),
+            x=_log_axis("context", "context (tokens)"),
             y=alt.Y("total_gb:Q", scale=alt.Scale(type="log"), title="weights + KV cache (GB)"),
             color=alt.Color("batch:O", title="batch"),
             tooltip=[
@@ -244,12 +239,7 @@ def overlap_chart(
         alt.Chart(overlap_frame(setup, contexts, batch))
         .mark_line(point=alt.OverlayMarkDef(size=12))
         .encode(
-            x=alt.X(
-                "context:Q",
-                scale=alt.Scale(type="log"),
-                title="context (tokens)",
-                axis=alt.Axis(format="~s"),
-            ),
+            x=_log_axis("context", "context (tokens)"),
             y=alt.Y("tpot_ms:Q", scale=alt.Scale(type="log"), title="time per output token (ms)"),
             color=alt.Color("overlap:N", title="overlap", sort=list(decode.OVERLAP_MODES)),
             strokeDash=alt.StrokeDash("overlap:N", sort=list(decode.OVERLAP_MODES), legend=None),
@@ -279,12 +269,7 @@ def layer_chart(setup: decode.Setup, contexts: np.ndarray, batch: int = 1) -> al
         alt.Chart(layer_frame(setup, contexts, batch))
         .mark_line(point=alt.OverlayMarkDef(size=12))
         .encode(
-            x=alt.X(
-                "context:Q",
-                scale=alt.Scale(type="log"),
-                title="context (tokens)",
-                axis=alt.Axis(format="~s"),
-            ),
+            x=_log_axis("context", "context (tokens)"),
             y=alt.Y("ms:Q", scale=alt.Scale(type="log"), title="time per layer (ms)"),
             color=alt.Color("stream:N", title=None, legend=alt.Legend(orient="bottom")),
             tooltip=[
@@ -396,7 +381,7 @@ def interactive_constants(setup: decode.Setup) -> dict[str, float]:
         "dense_flops": float(lay.dense_flops @ lay.count),
         "hbm_bps": (sysm.gpu.memory_bandwidth_achievable or sysm.gpu.memory_bandwidth).value,
         "peak_flops": sysm.gpu.flops_bf16.value * eff,
-        "link_gbps": min(sysm.link.h2d_bandwidth.value, sysm.host.memory_bandwidth.value) / 1e9,
+        "link_gbps": transfer.effective_link_rate(sysm, "h2d") / 1e9,
         "latency_s": sysm.link.latency.value * setup.model.n_layers,
     }
 

@@ -20,7 +20,7 @@ from kvoffload import kv
 from kvoffload.hardware import System
 from kvoffload.models import Model
 from kvoffload.precision import KvFormat, WeightFormat
-from kvoffload.transfer import link_bandwidth
+from kvoffload.transfer import effective_link_rate
 
 OVERLAP_MODES = ("none", "perfect", "pipeline", "flexgen")
 STREAMS = ("gpu", "cpu", "h2d", "d2h", "disk_read", "disk_write")
@@ -201,12 +201,8 @@ def stream_times(setup: Setup, context: ArrayLike, batch: ArrayLike) -> dict[str
         )
 
     lat = sysm.link.latency.value
-    rate_in = min(
-        link_bandwidth(sysm.link, "h2d", pinned=p.pinned), sysm.host.memory_bandwidth.value
-    )
-    rate_out = min(
-        link_bandwidth(sysm.link, "d2h", pinned=p.pinned), sysm.host.memory_bandwidth.value
-    )
+    rate_in = effective_link_rate(sysm, "h2d", pinned=p.pinned)
+    rate_out = effective_link_rate(sysm, "d2h", pinned=p.pinned)
     w_moved = lay.weight_bytes * w.off
     kv_in = kv_layer * c.off if gpu_attends else zero
     cpu_attends = (not gpu_attends) and bool(np.any(np.asarray(c.off) > 0))
@@ -343,25 +339,17 @@ def prefill_flops(model: Model, prompt: ArrayLike, batch: ArrayLike = 1) -> np.n
 def ttft(setup: Setup, prompt: ArrayLike, batch: ArrayLike = 1) -> np.ndarray:
     """Return the prefill time (s): compute-bound matmuls and attention, weights streamed once."""
     sysm, p = setup.system, setup.placement
-    lay = layers(setup.model, setup.weights)
     eff = sysm.gpu.compute_efficiency.value if sysm.gpu.compute_efficiency else 1.0
     hbm = (sysm.gpu.memory_bandwidth_achievable or sysm.gpu.memory_bandwidth).value
-    weights = float(lay.weight_bytes @ lay.count)
+    weights, kv_total = _totals(setup, prompt, batch)
     compute = np.maximum(
         prefill_flops(setup.model, prompt, batch) / (sysm.gpu.flops_bf16.value * eff), weights / hbm
     )
-    rate_in = min(
-        link_bandwidth(sysm.link, "h2d", pinned=p.pinned), sysm.host.memory_bandwidth.value
-    )
-    rate_out = min(
-        link_bandwidth(sysm.link, "d2h", pinned=p.pinned), sysm.host.memory_bandwidth.value
-    )
+    rate_in = effective_link_rate(sysm, "h2d", pinned=p.pinned)
+    rate_out = effective_link_rate(sysm, "d2h", pinned=p.pinned)
     w_in = (
         weights * p.weights.off / rate_in
         + weights * p.weights.disk / sysm.storage.read_bandwidth.value
-    )
-    kv_total = kv.batch_bytes(
-        setup.model, np.asarray(prompt, dtype=np.int64), np.asarray(batch, dtype=np.int64), setup.kv
     )
     kv_out = (
         kv_total * p.kv.off / rate_out + kv_total * p.kv.disk / sysm.storage.write_bandwidth.value
@@ -369,6 +357,18 @@ def ttft(setup: Setup, prompt: ArrayLike, batch: ArrayLike = 1) -> np.ndarray:
     if p.overlap == "none":
         return compute + w_in + kv_out
     return np.maximum(compute, np.maximum(w_in, kv_out))
+
+
+def _totals(setup: Setup, context: ArrayLike, batch: ArrayLike) -> tuple[float, np.ndarray]:
+    """Return all weight bytes the step reads and the batch's KV bytes at ``context``."""
+    lay = layers(setup.model, setup.weights)
+    kv_total = kv.batch_bytes(
+        setup.model,
+        np.asarray(context, dtype=np.int64),
+        np.asarray(batch, dtype=np.int64),
+        setup.kv,
+    )
+    return float(lay.weight_bytes @ lay.count), kv_total.astype(np.float64)
 
 
 @dataclass(frozen=True)
@@ -385,13 +385,7 @@ def memory(setup: Setup, context: ArrayLike, batch: ArrayLike = 1) -> Memory:
     """Return what each tier must hold at ``context`` tokens for ``batch`` requests."""
     p = setup.placement
     lay = layers(setup.model, setup.weights)
-    weights = float(lay.weight_bytes @ lay.count)
-    kv_total = kv.batch_bytes(
-        setup.model,
-        np.asarray(context, dtype=np.int64),
-        np.asarray(batch, dtype=np.int64),
-        setup.kv,
-    ).astype(np.float64)
+    weights, kv_total = _totals(setup, context, batch)
     s = np.asarray(context, dtype=np.float64)[..., None]
     b = np.asarray(batch, dtype=np.float64)[..., None]
     kvb = lay.kv_per_token * _kv_token_bytes(setup.model, setup.kv)
@@ -417,10 +411,7 @@ def hidden_tokens(setup: Setup, context: ArrayLike, batch: ArrayLike = 1) -> np.
     sysm = setup.system
     on_gpu = Setup(sysm, setup.model, setup.weights, setup.kv, Placement())
     gpu = stream_times(on_gpu, context, batch)["gpu"][..., 0]
-    rate = min(
-        link_bandwidth(sysm.link, "h2d", pinned=setup.placement.pinned),
-        sysm.host.memory_bandwidth.value,
-    )
+    rate = effective_link_rate(sysm, "h2d", pinned=setup.placement.pinned)
     per_token = np.asarray(batch, dtype=np.float64) * _kv_token_bytes(setup.model, setup.kv)
     return np.floor(gpu * rate / per_token)
 
@@ -484,14 +475,8 @@ def spill(setup: Setup, context: ArrayLike, batch: ArrayLike = 1) -> Setup:
     overflow would do. The weights' placement is kept.
     """
     p = setup.placement
-    lay = layers(setup.model, setup.weights)
-    weights = float(lay.weight_bytes @ lay.count) * p.weights.gpu
-    kv_total = kv.batch_bytes(
-        setup.model,
-        np.asarray(context, dtype=np.int64),
-        np.asarray(batch, dtype=np.int64),
-        setup.kv,
-    ).astype(np.float64)
+    weights, kv_total = _totals(setup, context, batch)
+    weights *= p.weights.gpu
     free = setup.system.gpu.memory.value * setup.system.gpu.count - weights
     # the streamed layer needs a staging buffer as large as one layer's share of the cache
     per_layer = kv_total / max(setup.model.n_layers, 1)

@@ -36,6 +36,13 @@ def link_bandwidth(link: Link, direction: str = "h2d", *, pinned: bool = True) -
     return min(link.pageable_bandwidth.value, pinned_rate)
 
 
+def effective_link_rate(system: System, direction: str = "h2d", *, pinned: bool = True) -> float:
+    """Return the copy rate between host memory and the GPU: the link or host DRAM, the slower."""
+    return min(
+        link_bandwidth(system.link, direction, pinned=pinned), system.host.memory_bandwidth.value
+    )
+
+
 def link_time(
     system: System,
     nbytes: ArrayLike,
@@ -45,9 +52,7 @@ def link_time(
     pinned: bool = True,
 ) -> np.ndarray:
     """Return seconds to copy over the link ('h2d' or 'd2h'), at the slower of link and host DRAM."""
-    rate = min(
-        link_bandwidth(system.link, direction, pinned=pinned), system.host.memory_bandwidth.value
-    )
+    rate = effective_link_rate(system, direction, pinned=pinned)
     return transfer_time(nbytes, rate, system.link.latency.value, transfers)
 
 
