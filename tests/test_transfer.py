@@ -124,3 +124,12 @@ def test_nvme_rate_grows_with_request_size_and_queue_depth(size, qd):
     assert transfer.nvme_bandwidth(s, size, qd) <= transfer.nvme_bandwidth(s, size * 2, qd) + 1e-6
     assert transfer.nvme_bandwidth(s, size, qd) <= transfer.nvme_bandwidth(s, size, qd + 1) + 1e-6
     assert transfer.nvme_bandwidth(s, size, qd) <= s.read_bandwidth.value * (1 + 1e-12)
+
+
+def test_tier_read_times(box):
+    assert float(transfer.gpu_read_time(box, 2e9)) == pytest.approx(1e-3)
+    assert float(transfer.host_read_time(box, 90e9)) == pytest.approx(1.0)
+    # sequential: one latency, then the sequential rate; random 4 KiB at QD 1: far slower
+    assert float(transfer.nvme_read_time(box.storage, 7e9)) == pytest.approx(1.0 + 80e-6)
+    slow = float(transfer.nvme_read_time(box.storage, 7e9, request_bytes=4096, queue_depth=1))
+    assert slow > 50 * float(transfer.nvme_read_time(box.storage, 7e9))

@@ -23,12 +23,6 @@ def catalog_dir() -> Path:
     return Path(str(resources.files("kvoffload") / "catalog"))
 
 
-def catalog_files() -> list[Path]:
-    """Return every data file of the catalog, sorted (for content hashes and tests)."""
-    root = catalog_dir()
-    return sorted(p for p in root.rglob("*") if p.suffix in {".yaml", ".json"} and p.is_file())
-
-
 @cache
 def parts(kind: str) -> dict[str, dict]:
     """Return the raw catalog parts of one kind ('gpu', 'link', 'host', 'storage') by id."""

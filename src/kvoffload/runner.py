@@ -83,8 +83,13 @@ def select(all_chapters: Sequence[Chapter], keys: Iterable[str] | None) -> list[
     return chosen
 
 
-@cache
 def _read(path: Path) -> Any:
+    return _read_version(path, path.stat().st_mtime_ns)
+
+
+@cache
+def _read_version(path: Path, mtime_ns: int) -> Any:
+    """Parse a chapter once per version of the file (an edited chapter is read again)."""
     import jupytext
 
     return jupytext.read(path)

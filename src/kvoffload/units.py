@@ -12,8 +12,6 @@ import math
 import re
 from enum import StrEnum
 
-import numpy as np
-
 
 class Dim(StrEnum):
     """The physical dimension of a quantity."""
@@ -211,8 +209,3 @@ BASE_UNIT = {
 def format_quantity(value: float, dim: Dim) -> str:
     """Format a base-unit value of the given dimension for people."""
     return FORMATTERS[dim](value)
-
-
-def as_array(x: object) -> np.ndarray:
-    """Return ``x`` as a float64 numpy array (scalars become 0-d arrays)."""
-    return np.asarray(x, dtype=np.float64)
