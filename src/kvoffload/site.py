@@ -242,14 +242,16 @@ def refuse_error_outputs(generated: Path) -> None:
 
 
 # -- the Sphinx build --------------------------------------------------------------------------------------
-def _inputs_digest(root: Path, extra: Sequence[Path]) -> str:
+def _inputs_digest(root: Path) -> str:
+    """Hash everything the Sphinx build reads: config, toc, pages, executed chapters, the lock."""
     h = hashlib.sha256()
-    files = [root / "_config.yml", root / "_toc.yml", *extra]
+    files = [root / "_config.yml", root / "_toc.yml"]
+    files += [p for p in (root / "requirements.lock",) if p.is_file()]  # theme and Sphinx versions
     files += sorted(
         p for p in (root / "book").rglob("*") if p.is_file() and ".running-" not in p.name
     )
     for p in files:
-        h.update(str(p.relative_to(root) if p.is_relative_to(root) else p).encode())
+        h.update(str(p.relative_to(root)).encode())
         h.update(p.read_bytes())
     return h.hexdigest()
 
@@ -356,7 +358,7 @@ def build_book(
     vendor_assets(root / "book" / "_static")
     html = root / "_build" / "html"
     stamp = html / ".kvoffload-inputs"
-    digest = _inputs_digest(root, [])
+    digest = _inputs_digest(root)
     if stamp.is_file() and stamp.read_text() == digest:
         return BookResult(html, outcomes, False, time.perf_counter() - started)
     build_and_swap(root, root / "_build" / ".staging", html, stamp=digest)
