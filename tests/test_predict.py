@@ -98,7 +98,7 @@ BAD = {
         SCENARIO.format(hardware="article-reference").replace(
             "engine: generic", "engine: tensorrt"
         ),
-        "engine: engine 'tensorrt' is not available",
+        "engine: engine 'tensorrt' is not known",
     ),
     "unknown-field": (
         SCENARIO.format(hardware="article-reference") + "batch_size: 4\n",

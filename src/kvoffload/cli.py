@@ -218,14 +218,44 @@ def _predict(args: argparse.Namespace) -> int:
         f"  per step: GPU {st['compute_ms']:.2f} ms, link {st['transfer_ms']:.2f} ms, CPU {st['cpu_ms']:.2f} ms, "
         f"disk {st['disk_ms']:.2f} ms; bottleneck: {out['bottleneck']}"
     )
-    print(
-        "  TPOT by overlap mode: "
-        + ", ".join(f"{k} {v:.2f} ms" for k, v in out["tpot_ms_by_overlap"].items())
-    )
+    if out.get("policy"):
+        print(f"  policy: {out['policy']}")
+    if out["tpot_ms_by_overlap"]:
+        modes = ", ".join(f"{k} {v:.2f} ms" for k, v in out["tpot_ms_by_overlap"].items())
+        print(f"  TPOT by overlap mode: {modes}")
     print(
         f"  memory: GPU {format_bytes(mem['gpu_bytes'])} of {format_bytes(mem['gpu_capacity_bytes'])}, "
         f"host {format_bytes(mem['cpu_bytes'])}, disk {format_bytes(mem['disk_bytes'])}"
     )
+    return 0
+
+
+# -- validate -----------------------------------------------------------------------------------------
+def _validate(args: argparse.Namespace) -> int:
+    from kvoffload import validation
+
+    results = validation.run()
+    summary = validation.summary(results)
+    if args.json:
+        rows = [
+            {"id": r.row["id"], "engine": r.row["engine"], "model": r.row["model"], "system": r.row["system"],
+             "metric": r.row["metric"], "measured": r.row["measured"], "predicted": r.predicted, "ratio": r.ratio,
+             "source": r.row["source"]}
+            for r in results
+        ]  # fmt: skip
+        _print_json({"rows": rows, "summary": summary})
+        return 0
+    print(
+        f"{'row':<12} {'engine':<15} {'model':<10} {'measured':>10} {'predicted':>10} {'ratio':>6}"
+    )
+    for r in results:
+        print(
+            f"{r.row['id']:<12} {r.row['engine']:<15} {r.row['model']:<10} {r.row['measured']:>10.4g} {r.predicted:>10.4g} {r.ratio:>6.2f}"
+        )
+    for name, s in summary.items():
+        print(
+            f"{name}: {s['rows']} rows, median |error| {s['median_abs_rel_error']:.0%}, within 2x {s['within_2x']:.0%}"
+        )
     return 0
 
 
@@ -370,6 +400,10 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("scenario", help="a scenario YAML (see the README)")
     pr.add_argument("--json", action="store_true", help="print JSON")
     pr.set_defaults(func=_predict)
+
+    va = sub.add_parser("validate", help="predictions beside published measurements")
+    va.add_argument("--json", action="store_true", help="print JSON")
+    va.set_defaults(func=_validate)
 
     me = sub.add_parser("measure", help="measure this machine and write a hardware profile")
     me.add_argument("--out", help="profile file to write (default: measured-<host>.yaml)")

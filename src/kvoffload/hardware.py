@@ -93,6 +93,7 @@ class Storage(BaseModel):
     write_bandwidth: LinkBandwidth
     read_latency: Latency
     random_read_iops: Iops | None = None
+    capacity: FigureField(Dim.BYTES, 1e9, 1e16) | None = None  # type: ignore[valid-type]
 
 
 PART_MODELS: dict[str, type[BaseModel]] = {

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,7 +18,7 @@ from kvoffload.models import Model, load_model
 from kvoffload.precision import KvFormat, WeightFormat, kv_format, weight_format
 from kvoffload.units import format_bytes
 
-ENGINES = ("generic",)  # the engines of DESIGN.md arrive one by one; others are refused by name
+ENGINES = ("generic", "llamacpp", "vllm", "flexgen", "zero-inference", "hf-accelerate", "infllm")
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -97,6 +97,8 @@ class Scenario:
     batch: int
     prompt: int
     generate: int
+    options: dict = field(default_factory=dict)
+    placement_given: bool = True
 
 
 def _resolve(ref: str, base: Path) -> str:
@@ -118,12 +120,16 @@ def parse_scenario(raw: dict, *, base: Path = Path("."), name: str = "scenario")
         raise InputError(msg, file=name, field=".".join(str(p) for p in err["loc"])) from None
     if s.engine not in ENGINES:
         raise InputError(
-            f"engine {s.engine!r} is not available yet; available: {', '.join(ENGINES)}",
+            f"engine {s.engine!r} is not known; engines: {', '.join(ENGINES)}",
             file=name,
             field="engine",
         )
-    if s.options:
-        raise InputError(f"engine {s.engine!r} takes no options", file=name, field="options")
+    from kvoffload.engines import validate_options  # the engines depend on this module
+
+    try:
+        options = validate_options(s.engine, s.options)
+    except InputError as exc:
+        raise exc.within(file=name, field="options") from None
     try:
         system = load_system(
             s.hardware if isinstance(s.hardware, dict) else _resolve(s.hardware, base)
@@ -160,6 +166,8 @@ def parse_scenario(raw: dict, *, base: Path = Path("."), name: str = "scenario")
         w.batch,
         w.prompt,
         w.generate,
+        options,
+        "placement" in raw,
     )
 
 
@@ -179,6 +187,8 @@ class Prediction:
     streams_s: dict[str, float]
     memory: decode.Memory
     by_overlap_s: dict[str, float]
+    placement_json: dict[str, Any] | None = None  # an engine's resolved policy, when not generic
+    policy: str = ""  # one line saying what the engine chose, for people
 
     @property
     def bottleneck(self) -> str:
@@ -198,7 +208,7 @@ class Prediction:
             "model": sc.model.id,
             "engine": sc.engine,
             "workload": {"batch": sc.batch, "prompt": sc.prompt, "generate": sc.generate},
-            "overlap": p.overlap,
+            "overlap": _overlap_of(self.placement_json, p.overlap),
             "tpot_ms": self.tpot_s * 1e3,
             "ttft_ms": self.ttft_s * 1e3,
             "decode_tokens_per_s": decode_rate,
@@ -221,7 +231,9 @@ class Prediction:
                 "gpu_capacity_bytes": int(sc.system.gpu.memory.value * sc.system.gpu.count),
                 "cpu_capacity_bytes": int(sc.system.host.memory.value),
             },
-            "placement": {
+            "policy": self.policy or None,
+            "placement": self.placement_json
+            or {
                 "weights": vars(p.weights),
                 "kv": vars(p.kv),
                 "attention": p.attention,
@@ -233,12 +245,21 @@ class Prediction:
         }
 
 
+def _overlap_of(placement: dict | None, default: str) -> str:
+    value = (placement or {}).get("overlap", default)
+    if isinstance(value, bool):  # FlexGen's switch: its own per-layer overlap, or none
+        return "flexgen" if value else "none"
+    return str(value)
+
+
 def check_fits(sc: Scenario, mem: decode.Memory, name: str = "scenario") -> None:
     """Refuse a scenario whose GPU or host memory would overflow, saying by how much."""
     tiers = [
         ("GPU memory", float(mem.gpu), sc.system.gpu.memory.value * sc.system.gpu.count),
         ("host memory", float(mem.cpu), sc.system.host.memory.value),
     ]
+    if sc.system.storage.capacity is not None:
+        tiers.append(("disk", float(mem.disk), sc.system.storage.capacity.value))
     for tier, need, have in tiers:
         if need > have:
             raise InputError(
@@ -249,23 +270,33 @@ def check_fits(sc: Scenario, mem: decode.Memory, name: str = "scenario") -> None
             )
 
 
-def predict(sc: Scenario, *, name: str = "scenario", check: bool = True) -> Prediction:
-    """Return the prediction of a scenario; refuse one that does not fit when ``check``."""
-    final_context = sc.prompt + sc.generate
-    mem = decode.memory(sc.setup, final_context, sc.batch)
-    if check:
-        check_fits(sc, mem, name)
+def predict_setup(sc: Scenario, setup: decode.Setup, **extra: Any) -> Prediction:
+    """Return the step model's prediction for a scenario run with ``setup``."""
+    mem = decode.memory(setup, sc.prompt + sc.generate, sc.batch)
     t = decode._samples(sc.generate)
-    ctx = sc.prompt + t
-    per = decode.stream_times(sc.setup, ctx, sc.batch)
-    lay = decode.layers(sc.model, sc.setup.weights)
+    per = decode.stream_times(setup, sc.prompt + t, sc.batch)
+    lay = decode.layers(sc.model, setup.weights)
     streams = {k: float(np.mean(v @ lay.count)) for k, v in per.items()}
     by_overlap = {m: float(np.mean(decode.combine(per, lay, m))) for m in decode.OVERLAP_MODES}
     return Prediction(
         scenario=sc,
-        tpot_s=by_overlap[sc.setup.placement.overlap],
-        ttft_s=float(decode.ttft(sc.setup, sc.prompt, sc.batch)),
+        tpot_s=by_overlap[setup.placement.overlap],
+        ttft_s=float(decode.ttft(setup, sc.prompt, sc.batch)),
         streams_s=streams,
         memory=mem,
         by_overlap_s=by_overlap,
+        **extra,
     )
+
+
+def predict(sc: Scenario, *, name: str = "scenario", check: bool = True) -> Prediction:
+    """Return the prediction of a scenario; refuse one that does not fit when ``check``."""
+    if sc.engine == "generic":
+        result = predict_setup(sc, sc.setup)
+    else:
+        from kvoffload.engines import run_engine
+
+        result = run_engine(sc)
+    if check:
+        check_fits(sc, result.memory, name)
+    return result

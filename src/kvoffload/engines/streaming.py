@@ -1,0 +1,77 @@
+"""DeepSpeed ZeRO-Inference and HF Accelerate: weights streamed layer by layer from host memory
+or disk. ZeRO prefetches the next layer while one computes and can keep the KV cache in host
+memory with attention on the CPU, and quantise weights to 4 bits; Accelerate copies each layer
+before it runs. Both use pageable host memory unless told otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kvoffload import decode
+from kvoffload.precision import WeightFormat
+from kvoffload.scenario import Prediction, Scenario, predict_setup
+
+
+class ZeroOptions(BaseModel):
+    """ZeRO-Inference's options."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    weights: Literal["gpu", "cpu", "disk"] = "cpu"
+    kv_offload: bool = Field(False, strict=True)
+    quantize_weights: bool = Field(False, strict=True)  # 4-bit group-wise weights
+    pinned: bool = Field(False, strict=True)
+
+
+class AccelerateOptions(BaseModel):
+    """HF Accelerate's options (device_map offload)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    weights: Literal["gpu", "cpu", "disk"] = "cpu"
+    pinned: bool = Field(False, strict=True)
+
+
+def options_for(engine: str) -> type[BaseModel]:
+    """Return the options schema of 'zero-inference' or 'hf-accelerate'."""
+    return ZeroOptions if engine == "zero-inference" else AccelerateOptions
+
+
+def predict(sc: Scenario) -> Prediction:
+    """Return the streaming engine's prediction."""
+    o = sc.options
+    zero = sc.engine == "zero-inference"
+    w = {"gpu": decode.Split(), "cpu": decode.Split(0, 1, 0), "disk": decode.Split(0, 0, 1)}[
+        o.weights
+    ]
+    kv_offload = zero and o.kv_offload
+    placement = decode.Placement(
+        weights=w,
+        kv=decode.Split(0, 1, 0) if kv_offload else decode.Split(),
+        attention="cpu" if kv_offload else "gpu",
+        overlap="pipeline" if zero else "none",
+        pinned=o.pinned,
+    )
+    fmt = WeightFormat.INT4 if zero and o.quantize_weights else sc.setup.weights
+    pred = predict_setup(sc, decode.Setup(sc.system, sc.model, fmt, sc.setup.kv, placement))
+    what = f"weights streamed from {o.weights}" if o.weights != "gpu" else "weights on the GPU"
+    extras = (", KV in host memory with CPU attention" if kv_offload else "") + (
+        ", 4-bit weights" if fmt is WeightFormat.INT4 else ""
+    )
+    return Prediction(
+        scenario=sc,
+        tpot_s=pred.tpot_s,
+        ttft_s=pred.ttft_s,
+        streams_s=pred.streams_s,
+        memory=pred.memory,
+        by_overlap_s={},
+        placement_json={
+            "weights": o.weights,
+            "kv_offload": kv_offload,
+            "pinned": o.pinned,
+            "overlap": placement.overlap,
+            "weights_precision": fmt.value,
+        },
+        policy=f"{what} layer by layer ({'prefetched' if zero else 'copied before each layer'}, {'pinned' if o.pinned else 'pageable'}){extras}",
+    )

@@ -1,0 +1,77 @@
+"""Published measurements beside the engines' predictions: ratios and error statistics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from kvoffload import catalog
+from kvoffload.inputs import load_mapping
+from kvoffload.scenario import parse_scenario, predict
+
+
+@cache
+def rows() -> tuple[dict, ...]:
+    """Return the measurements (catalog/validation.yaml)."""
+    return tuple(load_mapping(catalog.catalog_dir() / "validation.yaml")["rows"])
+
+
+def scenario_of(row: dict) -> dict:
+    """Return the scenario mapping that reproduces a measured configuration."""
+    return {
+        "hardware": row["system"],
+        "model": row["model"],
+        "engine": row["engine"],
+        "precision": {"weights": row["precision"], "kv": "fp16"},
+        "workload": {"batch": row["batch"], "prompt": row["prompt"], "generate": row["generate"]},
+        "options": row["options"],
+    }
+
+
+@dataclass(frozen=True)
+class Result:
+    """One row: the measurement, the prediction and their ratio."""
+
+    row: dict
+    predicted: float
+
+    @property
+    def ratio(self) -> float:
+        """Return predicted over measured."""
+        return self.predicted / self.row["measured"]
+
+    @property
+    def error(self) -> float:
+        """Return the absolute relative error."""
+        return abs(self.ratio - 1)
+
+
+def run() -> list[Result]:
+    """Predict every measured configuration."""
+    out = []
+    for row in rows():
+        pred = predict(
+            parse_scenario(scenario_of(row), name=row["id"]), name=row["id"], check=False
+        )
+        out.append(Result(row, float(pred.to_json()[row["metric"]])))
+    return out
+
+
+def summary(results: list[Result]) -> dict[str, dict[str, Any]]:
+    """Return per engine (and for all rows): median absolute relative error, share within 2x."""
+    groups: dict[str, list[Result]] = {"all": results}
+    for r in results:
+        groups.setdefault(r.row["engine"], []).append(r)
+    out = {}
+    for name, group in groups.items():
+        errors = np.array([r.error for r in group])
+        ratios = np.array([r.ratio for r in group])
+        out[name] = {
+            "rows": len(group),
+            "median_abs_rel_error": float(np.median(errors)),
+            "within_2x": float(np.mean((ratios >= 0.5) & (ratios <= 2.0))),
+        }
+    return out

@@ -1,0 +1,182 @@
+"""The engines: each one's invariants, the policy search, and the validation regression guard."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from kvoffload import validation
+from kvoffload.engines import flexgen, infllm
+from kvoffload.errors import InputError
+from kvoffload.scenario import parse_scenario, predict
+
+
+def scenario(engine, options=None, **kw):
+    raw = {
+        "hardware": kw.get("hardware", "rtx-3070-ti-desktop"),
+        "model": kw.get("model", "llama-3-8b"),
+        "engine": engine,
+        "precision": {"weights": kw.get("weights", "q4_k_m"), "kv": "fp16"},
+        "workload": {
+            "batch": kw.get("batch", 1),
+            "prompt": kw.get("prompt", 512),
+            "generate": kw.get("generate", 32),
+        },
+        "options": options or {},
+    }
+    return parse_scenario(raw, name="test")
+
+
+def test_llamacpp_tokens_per_second_rise_with_layers_on_the_gpu():
+    rates = []
+    for ngl in range(0, 34):
+        sc = scenario("llamacpp", {"n_gpu_layers": ngl})
+        rates.append(predict(sc, check=False).to_json()["decode_tokens_per_s"])
+    assert all(b >= a for a, b in itertools.pairwise(rates))
+    assert rates[-1] > 3 * rates[0]
+
+
+def test_llamacpp_midpoint_is_the_harmonic_mean_of_the_endpoints():
+    # per-token times add over the layers, so half the layers on each side sits near the
+    # harmonic mean of the two speeds, well below their average
+    cpu = predict(scenario("llamacpp", {"n_gpu_layers": 0}), check=False).tpot_s
+    gpu = predict(scenario("llamacpp", {"n_gpu_layers": 33}), check=False).tpot_s
+    half = predict(scenario("llamacpp", {"n_gpu_layers": 17}), check=False).tpot_s
+    assert half == pytest.approx((cpu + gpu) / 2, rel=0.1)
+    assert 1 / half < (1 / cpu + 1 / gpu) / 2
+
+
+def test_llamacpp_memory_runs_out_on_a_small_gpu():
+    sc = scenario("llamacpp", {"n_gpu_layers": 33}, weights="bf16")
+    with pytest.raises(InputError, match="GPU memory"):
+        predict(sc)
+
+
+def test_no_kv_offload_is_slower_and_keeps_the_cache_on_the_host():
+    on = predict(scenario("llamacpp", {"n_gpu_layers": 33}, prompt=8000), check=False)
+    off = predict(
+        scenario("llamacpp", {"n_gpu_layers": 33, "no_kv_offload": True}, prompt=8000), check=False
+    )
+    assert off.tpot_s > on.tpot_s
+    assert float(off.memory.cpu) > 0 and float(off.memory.gpu) < float(on.memory.gpu)
+
+
+def test_vllm_time_grows_with_cpu_offload_gb():
+    times = [
+        predict(
+            scenario(
+                "vllm", {"cpu_offload_gb": gb}, hardware="a100-80gb-sxm-pcie4", weights="bf16"
+            ),
+            check=False,
+        ).tpot_s
+        for gb in (0, 2, 4, 8, 14)
+    ]
+    assert all(b > a for a, b in itertools.pairwise(times))
+
+
+def test_vllm_prefix_cache_shortens_the_prefill_only():
+    base = predict(
+        scenario("vllm", {}, hardware="a100-80gb-sxm-pcie4", weights="bf16", prompt=32000),
+        check=False,
+    )
+    hit = predict(
+        scenario(
+            "vllm",
+            {"kv_offloading_size": 64, "prefix_hit_rate": 0.9},
+            hardware="a100-80gb-sxm-pcie4",
+            weights="bf16",
+            prompt=32000,
+        ),
+        check=False,
+    )
+    assert hit.ttft_s < base.ttft_s
+    assert hit.tpot_s == pytest.approx(base.tpot_s)
+
+
+def test_infllm_moves_far_less_than_full_offload_at_long_context():
+    o = infllm.Options()
+    assert infllm.moved_tokens(o, 1000) == 0
+    assert infllm.moved_tokens(o, 128_000) == round(0.5 * 16 * 128)
+    inf = predict(
+        scenario("infllm", {}, hardware="a100-80gb-sxm-pcie4", weights="bf16", prompt=128_000),
+        check=False,
+    )
+    full = predict(parse_scenario({
+        "hardware": "a100-80gb-sxm-pcie4", "model": "llama-3-8b", "workload": {"batch": 1, "prompt": 128_000, "generate": 32},
+        "placement": {"kv": {"cpu": 1.0}}}, name="full"), check=False)  # fmt: skip
+    assert inf.streams_s["h2d"] < full.streams_s["h2d"] / 20
+
+
+def test_streaming_engines_pay_for_pageable_copies():
+    pinned = predict(
+        scenario(
+            "zero-inference",
+            {"pinned": True},
+            hardware="t4-pcie3",
+            model="opt-6.7b",
+            weights="fp16",
+        ),
+        check=False,
+    )
+    pageable = predict(
+        scenario("zero-inference", {}, hardware="t4-pcie3", model="opt-6.7b", weights="fp16"),
+        check=False,
+    )
+    assert pageable.tpot_s > pinned.tpot_s
+
+
+def test_flexgen_search_prints_a_feasible_policy_for_opt_175b_on_the_t4():
+    sc = scenario("flexgen", {}, hardware="t4-pcie3", model="opt-175b", weights="fp16")
+    out = predict(sc).to_json()
+    assert out["policy"].startswith("searched: --percent")
+    assert out["throughput_tokens_per_s"] > 0
+    mem = out["memory"]
+    assert (
+        mem["gpu_bytes"] <= mem["gpu_capacity_bytes"]
+        and mem["cpu_bytes"] <= mem["cpu_capacity_bytes"]
+    )
+
+
+def test_flexgen_search_never_loses_to_a_feasible_policy_from_the_table():
+    for row in validation.rows():
+        if row["engine"] != "flexgen":
+            continue
+        given = parse_scenario(validation.scenario_of(row), name=row["id"])
+        pol = flexgen.given_policy(given)
+        c = flexgen.cost(given, pol, given.options)
+        feasible = (
+            c.gpu_bytes[0] <= given.system.gpu.memory.value
+            and c.cpu_bytes[0] <= given.system.host.memory.value
+        )
+        searched = parse_scenario(
+            {
+                **validation.scenario_of(row),
+                "options": {k: v for k, v in row["options"].items() if k.startswith("compress")},
+            },
+            name="s",
+        )
+        _, costs, best = flexgen.search(searched)
+        if feasible:
+            assert costs.throughput[best] >= c.throughput[0] * (1 - 1e-9), row["id"]
+        assert costs.gpu_bytes[best] <= given.system.gpu.memory.value
+
+
+def test_flexgen_option_errors_name_the_field():
+    with pytest.raises(InputError, match="more than 100%"):
+        scenario("flexgen", {"percent": [60, 60, 0, 100, 0, 100]})
+    with pytest.raises(InputError, match="unknown option for flexgen"):
+        scenario("flexgen", {"gpu_batch": 4})
+
+
+# Regression guard, documented in the README: the model's error on the published measurements may
+# not grow past these medians (the issue's target, 25% on the FlexGen table, is not met yet).
+GUARD = {"all": 0.40, "flexgen": 0.55, "hf-accelerate": 0.35, "zero-inference": 0.30}
+
+
+def test_validation_error_does_not_regress():
+    summary = validation.summary(validation.run())
+    for group, limit in GUARD.items():
+        assert summary[group]["median_abs_rel_error"] <= limit, (group, summary[group])
+    assert np.isclose(summary["all"]["rows"], len(validation.rows()))
