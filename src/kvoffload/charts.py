@@ -504,3 +504,119 @@ def random_read_chart(rows: list[dict]) -> alt.LayerChart:
         .encode(y="y:Q", tooltip="label:N")
     )
     return alt.layer(lines, rule)
+
+
+def engine_time_chart(frame: pd.DataFrame) -> alt.Chart:
+    """Chart each engine's time per step by resource (stacked), for one workload on one machine."""
+    cols = {
+        "GPU (ms/step)": "GPU",
+        "link (ms/step)": "host↔GPU link",
+        "CPU (ms/step)": "CPU",
+        "disk (ms/step)": "disk",
+    }
+    data = frame.dropna(subset=["TPOT (ms)"]) if "TPOT (ms)" in frame else frame
+    long = data.melt(
+        id_vars=["engine"], value_vars=list(cols), var_name="resource", value_name="ms"
+    )
+    long["resource"] = long["resource"].map(cols)
+    return (
+        alt.Chart(long)
+        .mark_bar()
+        .encode(
+            y=alt.Y("engine:N", title=None, sort=list(data["engine"])),
+            x=alt.X("ms:Q", title="busy time per decode step, by resource (ms)"),
+            color=alt.Color("resource:N", title="resource", legend=alt.Legend(orient="bottom")),
+            tooltip=["engine:N", "resource:N", alt.Tooltip("ms:Q", format=".4g")],
+        )
+    )
+
+
+def ngl_frame(
+    hardware: str, model: str, weights: str = "q4_k_m", prompt: int = 512, generate: int = 128
+) -> pd.DataFrame:
+    """Return llama.cpp's tokens/s for every --n-gpu-layers value, with whether it fits."""
+    from kvoffload.errors import InputError
+    from kvoffload.scenario import check_fits, parse_scenario, predict
+
+    n = load_model_cached(model).n_layers
+    rows = []
+    for ngl in range(n + 2):
+        raw = {"hardware": hardware, "model": model, "engine": "llamacpp", "precision": {"weights": weights, "kv": "fp16"},
+               "workload": {"batch": 1, "prompt": prompt, "generate": generate}, "options": {"n_gpu_layers": ngl}}  # fmt: skip
+        sc = parse_scenario(raw, name="ngl")
+        pred = predict(sc, check=False)
+        try:
+            check_fits(sc, pred.memory)
+            fits = True
+        except InputError:
+            fits = False
+        rows.append({"n_gpu_layers": ngl, "tokens_per_s": 1 / pred.tpot_s, "fits": fits})
+    return pd.DataFrame(rows)
+
+
+def load_model_cached(model: str) -> Model:
+    """Return a catalog model (imported here to keep the chart helpers' imports light)."""
+    from kvoffload.models import load_model
+
+    return load_model(model)
+
+
+def ngl_chart(frame: pd.DataFrame) -> alt.LayerChart:
+    """Chart llama.cpp's tokens/s against --n-gpu-layers, with the naive straight line between the ends."""
+    ends = frame.iloc[[0, -1]]
+    naive = pd.DataFrame(
+        {
+            "n_gpu_layers": ends["n_gpu_layers"],
+            "tokens_per_s": ends["tokens_per_s"],
+            "line": "straight line between the ends",
+        }
+    )
+    curve = (
+        alt.Chart(frame)
+        .mark_line(point=alt.OverlayMarkDef(size=20))
+        .encode(
+            x=alt.X("n_gpu_layers:Q", title="--n-gpu-layers (the output layer counts as one)"),
+            y=alt.Y("tokens_per_s:Q", title="tokens/s (decode, batch 1)"),
+            color=alt.Color(
+                "fits:N",
+                title="fits in GPU memory",
+                scale=alt.Scale(domain=[True, False], range=["#1f5a99", "#b03a48"]),
+            ),
+            tooltip=["n_gpu_layers:Q", alt.Tooltip("tokens_per_s:Q", format=".3g"), "fits:N"],
+        )
+    )
+    line = (
+        alt.Chart(naive)
+        .mark_line(strokeDash=[6, 4], color="#7a7a7a")
+        .encode(x="n_gpu_layers:Q", y="tokens_per_s:Q", tooltip=["line:N"])
+    )
+    return alt.layer(curve, line)
+
+
+def validation_chart(frame: pd.DataFrame) -> alt.LayerChart:
+    """Chart predicted over measured for every published row, log scale, with the 2x band."""
+    band = pd.DataFrame({"lo": [0.5], "hi": [2.0]})
+    rule = alt.Chart(pd.DataFrame({"y": [1.0]})).mark_rule(color="#7a7a7a").encode(y="y:Q")
+    area = alt.Chart(band).mark_rect(opacity=0.12, color="#3a8f5c").encode(y="lo:Q", y2="hi:Q")
+    points = (
+        alt.Chart(frame)
+        .mark_circle(size=70)
+        .encode(
+            x=alt.X("row:N", title="published measurement", sort=list(frame["row"])),
+            y=alt.Y(
+                "ratio:Q",
+                scale=alt.Scale(type="log", domain=[0.2, 5]),
+                title="predicted / measured",
+            ),
+            color=alt.Color("engine:N", title="engine"),
+            tooltip=[
+                "row:N",
+                "engine:N",
+                "model:N",
+                alt.Tooltip("measured:Q", format=".4g"),
+                alt.Tooltip("predicted:Q", format=".4g"),
+                alt.Tooltip("ratio:Q", format=".2f"),
+            ],
+        )
+    )
+    return alt.layer(area, rule, points)

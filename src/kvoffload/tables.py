@@ -12,7 +12,7 @@ from kvoffload import catalog, kv, transfer
 from kvoffload.hardware import System
 from kvoffload.inputs import load_mapping
 from kvoffload.models import Model, load_model, model_ids
-from kvoffload.precision import KvFormat
+from kvoffload.precision import KvFormat, WeightFormat
 from kvoffload.units import Dim, format_bandwidth, format_bytes, format_seconds, parse_quantity
 
 
@@ -173,6 +173,71 @@ def budget_table(reference: System, system: System, model: Model) -> pd.DataFram
                     decode.step(mine, n, 1, "perfect").total
                 )
                 * 1e3,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+ENGINE_SETUPS = {
+    "generic, all KV in host memory": ("generic", {}, {"kv": {"cpu": 1.0}}, "bf16"),
+    "llama.cpp, all layers on the GPU": ("llamacpp", {}, None, "q4_k_m"),
+    "llama.cpp, --no-kv-offload": ("llamacpp", {"no_kv_offload": True}, None, "q4_k_m"),
+    "vLLM, half the weights offloaded": ("vllm", "half", None, "bf16"),
+    "ZeRO-Inference, weights in host memory": ("zero-inference", {}, None, "bf16"),
+    "HF Accelerate, weights in host memory": ("hf-accelerate", {}, None, "bf16"),
+    "FlexGen, searched policy": ("flexgen", {}, None, "bf16"),
+    "InfLLM": ("infllm", {}, None, "bf16"),
+}
+
+
+def engine_predictions(
+    hardware: str, model: str, prompt: int, generate: int, batch: int = 1
+) -> pd.DataFrame:
+    """Return each engine's prediction for one workload on one machine (fitting or not)."""
+    from kvoffload.errors import InputError
+    from kvoffload.scenario import check_fits, parse_scenario, predict
+
+    m = load_model(model)
+    rows = []
+    for label, (engine, options, placement, weights) in ENGINE_SETUPS.items():
+        if options == "half":
+            options = {"cpu_offload_gb": m.weight_bytes(WeightFormat(weights)).total / 2 / 2**30}
+        raw = {
+            "hardware": hardware,
+            "model": model,
+            "engine": engine,
+            "precision": {"weights": weights, "kv": "bf16"},
+            "workload": {"batch": batch, "prompt": prompt, "generate": generate},
+            "options": options,
+        }
+        if placement:
+            raw["placement"] = placement
+        sc = parse_scenario(raw, name=label)
+        try:
+            pred = predict(sc, check=False)
+        except InputError as exc:  # e.g. a policy search with nothing that fits
+            rows.append({"engine": label, "fits": False, "note": exc.problem})
+            continue
+        out = pred.to_json()
+        try:
+            check_fits(sc, pred.memory)
+            fits, note = True, ""
+        except InputError as exc:
+            fits, note = False, exc.problem
+        rows.append(
+            {
+                "engine": label,
+                "TPOT (ms)": out["tpot_ms"],
+                "TTFT (s)": out["ttft_ms"] / 1e3,
+                "decode tokens/s": out["decode_tokens_per_s"],
+                "GPU memory": format_bytes(out["memory"]["gpu_bytes"]),
+                "host memory": format_bytes(out["memory"]["cpu_bytes"]),
+                "GPU (ms/step)": out["step"]["compute_ms"],
+                "link (ms/step)": out["step"]["transfer_ms"],
+                "CPU (ms/step)": out["step"]["cpu_ms"],
+                "disk (ms/step)": out["step"]["disk_ms"],
+                "fits": fits,
+                "note": note or (out.get("policy") or ""),
             }
         )
     return pd.DataFrame(rows)
