@@ -63,11 +63,9 @@ def predict(sc: Scenario) -> Prediction:
     mem = decode.Memory(
         gpu=np.asarray(gpu), cpu=np.asarray(cpu), disk=np.asarray(0.0), staging=np.asarray(0.0)
     )
-    return Prediction(
+    return replace(
+        pred,
         scenario=sc,
-        tpot_s=pred.tpot_s,
-        ttft_s=pred.ttft_s,
-        streams_s=pred.streams_s,
         memory=mem,
         by_overlap_s={},
         placement_json=o.model_dump()

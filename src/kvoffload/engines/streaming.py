@@ -6,6 +6,7 @@ before it runs. Both use pageable host memory unless told otherwise.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -59,12 +60,8 @@ def predict(sc: Scenario) -> Prediction:
     extras = (", KV in host memory with CPU attention" if kv_offload else "") + (
         ", 4-bit weights" if fmt is WeightFormat.INT4 else ""
     )
-    return Prediction(
-        scenario=sc,
-        tpot_s=pred.tpot_s,
-        ttft_s=pred.ttft_s,
-        streams_s=pred.streams_s,
-        memory=pred.memory,
+    return replace(
+        pred,
         by_overlap_s={},
         placement_json={
             "weights": o.weights,

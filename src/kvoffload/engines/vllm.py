@@ -4,6 +4,8 @@ prefix cache in host memory that shortens the prefill on a hit and does not touc
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvoffload import decode, kv
@@ -49,11 +51,9 @@ def predict(sc: Scenario) -> Prediction:
         disk=pred.memory.disk,
         staging=pred.memory.staging,
     )
-    return Prediction(
-        scenario=sc,
-        tpot_s=pred.tpot_s,
+    return replace(
+        pred,
         ttft_s=ttft,
-        streams_s=pred.streams_s,
         memory=mem,
         by_overlap_s={},
         placement_json={
