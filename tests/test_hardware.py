@@ -32,7 +32,14 @@ GPU_IDS = set(
         "mi300x",
     ]
 )
-LINK_IDS = {"pcie3-x16", "pcie4-x16", "pcie5-x16", "pcie6-x16", "nvlink-c2c"}
+LINK_IDS = {
+    "pcie3-x16",
+    "pcie4-x16",
+    "pcie5-x16",
+    "pcie6-x16",
+    "nvlink-c2c",
+    "nvlink-c2c-blackwell",
+}
 SYSTEM_IDS = set(
     [
         "article-reference",

@@ -620,3 +620,88 @@ def validation_chart(frame: pd.DataFrame) -> alt.LayerChart:
         )
     )
     return alt.layer(area, rule, points)
+
+
+def decision_frame(
+    system: System,
+    model: Model,
+    budget_s: float,
+    contexts: np.ndarray | None = None,
+    batches: np.ndarray | None = None,
+) -> pd.DataFrame:
+    """Return, per (context, batch), the option meeting the TPOT budget with the least GPU memory."""
+    from kvoffload import alternatives
+
+    contexts = (
+        np.array([4_000, 8_000, 16_000, 32_000, 64_000, 128_000, 256_000, 512_000])
+        if contexts is None
+        else contexts
+    )
+    batches = np.array([1, 2, 4, 8, 16, 32, 64]) if batches is None else batches
+    return alternatives.decision_grid(system, model, contexts, batches, budget_s)
+
+
+def decision_chart(frame: pd.DataFrame, budget_ms: float) -> alt.Chart:
+    """Chart which option meets the TPOT budget with the least GPU memory, per context and batch."""
+    order = sorted(frame["context"].unique())
+    return (
+        alt.Chart(frame)
+        .mark_rect(stroke="white", strokeWidth=1)
+        .encode(
+            x=alt.X(
+                "context:O",
+                title="context (tokens)",
+                sort=order,
+                axis=alt.Axis(labelAngle=0, labelExpr="format(datum.value, '~s')"),
+            ),
+            y=alt.Y("batch:O", title="batch (requests)", sort="descending"),
+            color=alt.Color(
+                "choice:N",
+                title=f"least GPU memory within {budget_ms:g} ms per token",
+                legend=alt.Legend(orient="bottom", columns=2, labelLimit=320),
+            ),
+            tooltip=["context:Q", "batch:Q", "choice:N"],
+        )
+    )
+
+
+def link_chart(frame: pd.DataFrame, hbm_ms: float, budget_ms: float) -> alt.LayerChart:
+    """Chart TPOT with the whole cache in host memory, per link, beside the all-in-HBM step."""
+    long = frame.melt(
+        id_vars=["link"],
+        value_vars=["TPOT, no overlap (ms)", "TPOT, perfect overlap (ms)"],
+        var_name="overlap",
+        value_name="ms",
+    )
+    bars = (
+        alt.Chart(long)
+        .mark_bar()
+        .encode(
+            y=alt.Y("link:N", title=None, sort=list(frame["link"])),
+            yOffset="overlap:N",
+            x=alt.X(
+                "ms:Q",
+                title="TPOT with every cache byte in host memory (ms, log)",
+                scale=alt.Scale(type="log"),
+            ),
+            color=alt.Color("overlap:N", title=None, legend=alt.Legend(orient="bottom")),
+            tooltip=["link:N", "overlap:N", alt.Tooltip("ms:Q", format=".4g")],
+        )
+    )
+    rules = (
+        alt.Chart(
+            pd.DataFrame(
+                {
+                    "ms": [hbm_ms, budget_ms],
+                    "label": ["everything in HBM", f"{budget_ms:g} ms budget"],
+                }
+            )
+        )
+        .mark_rule(strokeDash=[6, 4])
+        .encode(
+            x="ms:Q",
+            color=alt.value("#b03a48"),
+            tooltip=["label:N", alt.Tooltip("ms:Q", format=".4g")],
+        )
+    )
+    return alt.layer(bars, rules)

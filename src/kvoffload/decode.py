@@ -140,7 +140,9 @@ def layers(model: Model, weights: WeightFormat) -> Layers:
         )
     unique = list(dict.fromkeys(keys))
     order = [unique.index(key) for key in keys]
-    head = (0.0, float(wb.output), 0.0, float(head_params))
+    # tied embeddings: the output projection reads the embedding table, every step
+    head_bytes = wb.output + (wb.embedding if model.tie_embeddings else 0)
+    head = (0.0, float(head_bytes), 0.0, float(head_params))
     unique.append(head)
     order.append(len(unique) - 1)
     arr = np.array(unique)
@@ -371,6 +373,17 @@ def _totals(setup: Setup, context: ArrayLike, batch: ArrayLike) -> tuple[float, 
     return float(lay.weight_bytes @ lay.count), kv_total.astype(np.float64)
 
 
+def resident_weight_bytes(model: Model, weights: WeightFormat) -> float:
+    """Return the weight bytes a tier must hold: those a step reads plus the embedding table.
+
+    A decode step reads one embedding row per token, so the table is left out of the bytes read
+    per step, but it still takes memory wherever the weights live.
+    """
+    lay = layers(model, weights)
+    table = 0 if model.tie_embeddings else model.weight_bytes(weights).embedding
+    return float(lay.weight_bytes @ lay.count) + float(table)
+
+
 @dataclass(frozen=True)
 class Memory:
     """Bytes each tier holds at the end of generation (weights, KV and staging buffers)."""
@@ -385,7 +398,8 @@ def memory(setup: Setup, context: ArrayLike, batch: ArrayLike = 1) -> Memory:
     """Return what each tier must hold at ``context`` tokens for ``batch`` requests."""
     p = setup.placement
     lay = layers(setup.model, setup.weights)
-    weights, kv_total = _totals(setup, context, batch)
+    _, kv_total = _totals(setup, context, batch)
+    weights = resident_weight_bytes(setup.model, setup.weights)
     s = np.asarray(context, dtype=np.float64)[..., None]
     b = np.asarray(batch, dtype=np.float64)[..., None]
     kvb = lay.kv_per_token * _kv_token_bytes(setup.model, setup.kv)
@@ -475,8 +489,8 @@ def spill(setup: Setup, context: ArrayLike, batch: ArrayLike = 1) -> Setup:
     overflow would do. The weights' placement is kept.
     """
     p = setup.placement
-    weights, kv_total = _totals(setup, context, batch)
-    weights *= p.weights.gpu
+    _, kv_total = _totals(setup, context, batch)
+    weights = resident_weight_bytes(setup.model, setup.weights) * p.weights.gpu
     free = setup.system.gpu.memory.value * setup.system.gpu.count - weights
     # the streamed layer needs a staging buffer as large as one layer's share of the cache
     per_layer = kv_total / max(setup.model.n_layers, 1)

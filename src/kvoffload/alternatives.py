@@ -1,0 +1,256 @@
+"""Alternatives to KV offload: smaller weights, a smaller cache, or a shorter context (RAG), set
+beside offloading the cache to host memory, for one machine, model, context and batch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+import pandas as pd
+from numpy.typing import ArrayLike
+
+from kvoffload import catalog, decode, kv
+from kvoffload.hardware import System
+from kvoffload.inputs import load_mapping
+from kvoffload.models import Model
+from kvoffload.precision import KvFormat, WeightFormat
+from kvoffload.units import Dim, format_bytes, parse_quantity
+
+
+@dataclass(frozen=True)
+class Option:
+    """One way to make a long context fit: formats, where the cache lives, a context cap."""
+
+    key: str
+    name: str
+    weights: WeightFormat = WeightFormat.BF16
+    kv: KvFormat = KvFormat.BF16
+    kv_on_host: bool = False
+    window: int | None = None  # RAG: the context is capped at this many tokens
+    quality_key: str = ""
+
+
+OPTIONS = (
+    Option("bf16", "bf16, everything on the GPU"),
+    Option("offload", "KV cache offloaded to host memory", kv_on_host=True, quality_key="offload"),
+    Option(
+        "w4a16", "W4A16 weights (AWQ/GPTQ int4)", weights=WeightFormat.INT4, quality_key="w4a16"
+    ),
+    Option(
+        "q4_k_m",
+        "GGUF Q4_K_M weights (llama.cpp)",
+        weights=WeightFormat.Q4_K_M,
+        quality_key="q4_k_m",
+    ),
+    Option("w8", "8-bit weights (FP8 or INT8)", weights=WeightFormat.FP8, quality_key="w8"),
+    Option("kv_fp8", "FP8 KV cache", kv=KvFormat.FP8, quality_key="kv_fp8"),
+    Option("kv_int8", "INT8 KV cache", kv=KvFormat.INT8, quality_key="kv_int8"),
+    Option("kv_int4", "INT4 KV cache", kv=KvFormat.INT4, quality_key="kv_int4"),
+    Option(
+        "w4_kv8",
+        "W4A16 weights and INT8 KV",
+        weights=WeightFormat.INT4,
+        kv=KvFormat.INT8,
+        quality_key="w4a16",
+    ),
+    Option("rag8k", "RAG, 8K-token window", window=8_000, quality_key="rag"),
+    Option("rag16k", "RAG, 16K-token window", window=16_000, quality_key="rag"),
+)
+
+
+@cache
+def data() -> dict:
+    """Return the quality figures and the article's table (catalog/alternatives.yaml)."""
+    return load_mapping(catalog.catalog_dir() / "alternatives.yaml")
+
+
+def retrieval_latency() -> float:
+    """Return the assumed retrieval latency of a RAG request (s)."""
+    return parse_quantity(data()["retrieval_latency"]["value"], Dim.TIME)
+
+
+def setup(system: System, model: Model, option: Option) -> decode.Setup:
+    """Return the decode setup an option runs with."""
+    placement = (
+        decode.Placement(kv=decode.Split(0, 1, 0)) if option.kv_on_host else decode.Placement()
+    )
+    return decode.Setup(system, model, option.weights, option.kv, placement)
+
+
+def context_of(option: Option, context: ArrayLike) -> np.ndarray:
+    """Return the context the model actually holds under an option (RAG caps it)."""
+    c = np.asarray(context, dtype=np.float64)
+    return np.minimum(c, option.window) if option.window else c
+
+
+def gpu_bytes(
+    system: System, model: Model, option: Option, context: ArrayLike, batch: ArrayLike = 1
+) -> np.ndarray:
+    """Return the GPU memory an option needs: weights, the cache it keeps there, staging buffers."""
+    ctx = context_of(option, context).astype(np.int64)
+    return decode.memory(setup(system, model, option), ctx, np.asarray(batch, dtype=np.int64)).gpu
+
+
+def host_bytes(
+    system: System, model: Model, option: Option, context: ArrayLike, batch: ArrayLike = 1
+) -> np.ndarray:
+    """Return the host memory an option needs for the cache."""
+    ctx = context_of(option, context).astype(np.int64)
+    return decode.memory(setup(system, model, option), ctx, np.asarray(batch, dtype=np.int64)).cpu
+
+
+def fits(
+    system: System, model: Model, option: Option, context: ArrayLike, batch: ArrayLike = 1
+) -> np.ndarray:
+    """Return whether GPU and host memory hold an option at (context, batch)."""
+    gpu_ok = (
+        gpu_bytes(system, model, option, context, batch)
+        <= system.gpu.memory.value * system.gpu.count
+    )
+    host_ok = host_bytes(system, model, option, context, batch) <= system.host.memory.value
+    return gpu_ok & host_ok
+
+
+def tpot(
+    system: System, model: Model, option: Option, context: ArrayLike, batch: ArrayLike = 1
+) -> np.ndarray:
+    """Return an option's decode step (s) at (context, batch)."""
+    return decode.step(setup(system, model, option), context_of(option, context), batch).total
+
+
+def ttft(system: System, model: Model, option: Option, context: int, batch: int = 1) -> float:
+    """Return an option's prefill (s); RAG adds the retrieval before it."""
+    prefill = float(
+        decode.ttft(setup(system, model, option), int(context_of(option, context)), batch)
+    )
+    return prefill + (retrieval_latency() if option.window else 0.0)
+
+
+def longest_context(system: System, model: Model, option: Option, batch: int = 1) -> int:
+    """Return the longest context one option holds in GPU memory (host memory for offload)."""
+    weights = float(model.weight_bytes(option.weights).total)
+    if option.kv_on_host:
+        budget = system.host.memory.value
+    else:
+        budget = system.gpu.memory.value * system.gpu.count - weights
+    return int(kv.max_context(model, max(budget, 0.0), batch, option.kv))
+
+
+def largest_batch(system: System, model: Model, option: Option, context: int) -> int:
+    """Return the most requests that fit at ``context`` (0 when not even one does)."""
+    lo, hi = 0, 1
+    while hi < 1 << 20 and bool(fits(system, model, option, context, hi)):
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if bool(fits(system, model, option, context, mid)):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def comparison(system: System, model: Model, context: int, batch: int = 1) -> pd.DataFrame:
+    """Return every option's memory, fit, TPOT and TTFT, against bf16 on the GPU, with quality."""
+    base = OPTIONS[0]
+    base_gpu = float(gpu_bytes(system, model, base, context, batch))
+    base_tpot = float(tpot(system, model, base, context, batch))
+    quality = data()["quality"]
+    rows = []
+    for o in OPTIONS:
+        g = float(gpu_bytes(system, model, o, context, batch))
+        t = float(tpot(system, model, o, context, batch))
+        q = quality.get(o.quality_key, {"delta": "—", "source": ""})
+        rows.append(
+            {
+                "option": o.name,
+                "key": o.key,
+                "GPU memory": format_bytes(g),
+                "GPU memory saved": format_bytes(max(base_gpu - g, 0.0)) if g <= base_gpu else "—",
+                "saved_bytes": base_gpu - g,
+                "fits": bool(fits(system, model, o, context, batch)),
+                "longest context, batch 1": None if o.window else longest_context(system, model, o),
+                "largest batch": largest_batch(system, model, o, context),
+                "TPOT (ms)": t * 1e3,
+                "TPOT change": t / base_tpot - 1,
+                "TTFT (s)": ttft(system, model, o, context, batch),
+                "quality": q["delta"],
+                "quality source": catalog.sources().get(q["source"], {}).get("title", "")
+                if q["source"]
+                else "",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def decision_grid(
+    system: System, model: Model, contexts: np.ndarray, batches: np.ndarray, budget_s: float
+) -> pd.DataFrame:
+    """Return, per (context, batch), the option meeting the TPOT budget with the least GPU memory."""
+    ctx = np.asarray(contexts, dtype=np.float64)[:, None]
+    b = np.asarray(batches, dtype=np.float64)[None, :]
+    best = np.full(np.broadcast(ctx, b).shape, "none", dtype=object)
+    best_mem = np.full(best.shape, np.inf)
+    for o in OPTIONS[1:]:  # every alternative to keeping bf16 on the GPU, the offload included
+        if o.window:
+            continue  # RAG changes the task; the chart compares ways to keep the whole context
+        mem = np.broadcast_to(gpu_bytes(system, model, o, ctx, b), best.shape)
+        ok = fits(system, model, o, ctx, b) & (tpot(system, model, o, ctx, b) <= budget_s)
+        better = ok & (mem < best_mem)
+        best = np.where(better, o.name, best)
+        best_mem = np.where(better, mem, best_mem)
+    base = OPTIONS[0]
+    base_ok = fits(system, model, base, ctx, b) & (tpot(system, model, base, ctx, b) <= budget_s)
+    best = np.where(base_ok & (best == "none"), base.name, best)
+    cc, bb = np.meshgrid(np.asarray(contexts), np.asarray(batches), indexing="ij")
+    return pd.DataFrame({"context": cc.ravel(), "batch": bb.ravel(), "choice": best.ravel()})
+
+
+ARTICLE_ROWS = {"offload": "offload", "w4a16": "w4a16", "kv_int8": "kv_int8", "rag": "rag8k"}
+
+
+def article_table(system: System, model: Model, context: int, batch: int = 1) -> pd.DataFrame:
+    """Return the article's comparison table, each adjective beside the figure computed for it."""
+    frame = comparison(system, model, context, batch).set_index("key")
+    base_gpu = float(gpu_bytes(system, model, OPTIONS[0], context, batch))
+    rows = []
+    for article_key, key in ARTICLE_ROWS.items():
+        said = data()["article_table"][article_key]
+        r = frame.loc[key]
+        rows.append(
+            {
+                "method": r["option"],
+                "article: memory saving": said["memory"],
+                "GPU memory saved": f"{r['GPU memory saved']} ({r['saved_bytes'] / base_gpu:.0%})",
+                "article: TPOT impact": said["tpot"],
+                "TPOT change": f"{r['TPOT change']:+.0%} ({r['TPOT (ms)']:.3g} ms)",
+                "article: quality loss": said["quality"],
+                "published quality figure": r["quality"],
+                "source": r["quality source"] or "—",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def int4_checkpoints(model: Model) -> pd.DataFrame:
+    """Return the weight bytes of an AWQ/GPTQ int4 checkpoint beside a GGUF Q4_K_M file, by part."""
+    rows = []
+    for fmt, label in (
+        (WeightFormat.BF16, "bf16"),
+        (WeightFormat.INT4, "AWQ/GPTQ int4, group 128"),
+        (WeightFormat.Q4_K_M, "GGUF Q4_K_M"),
+    ):
+        w = model.weight_bytes(fmt)
+        rows.append(
+            {
+                "checkpoint": label,
+                "decoder layers": format_bytes(int(w.per_layer.sum())),
+                "embeddings": format_bytes(w.embedding),
+                "output layer": format_bytes(w.output),
+                "total": format_bytes(w.total),
+                "total_bytes": w.total,
+                "bits per parameter": 8 * w.total / model.params,
+            }
+        )
+    return pd.DataFrame(rows)

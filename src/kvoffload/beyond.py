@@ -1,0 +1,186 @@
+"""Beyond PCIe 4: the same offloaded decode over faster links, the link a TPOT budget needs, and
+the floor that no link removes (the GPU's own work, layer after layer)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from kvoffload import catalog, decode, tables
+from kvoffload.figures import Figure, Kind
+from kvoffload.hardware import System, build_part
+from kvoffload.models import Model
+from kvoffload.units import Dim
+
+LINK_IDS = (
+    "pcie3-x16",
+    "pcie4-x16",
+    "pcie5-x16",
+    "pcie6-x16",
+    "nvlink-c2c",
+    "nvlink-c2c-blackwell",
+)
+# A x8 CXL 2.0 expander on PCIe 5.0 electricals: 31.5 B/s per direction on the wire (cxl-spec-x8);
+# Micron measured up to 36 GB/s on one CZ120 at a 2:1 read/write mix, which uses both directions
+# (micron-cz120), so a read-only stream is held to the one-direction figure.
+CXL_X8 = 31.5e9
+
+
+def with_link(system: System, link_id: str) -> System:
+    """Return the system with another catalog link."""
+    return system.model_copy(update={"link": build_part("link", link_id)})
+
+
+def with_cxl_host(system: System) -> System:
+    """Return the system with the cache in a CXL memory expander: host memory at the x8 CXL rate."""
+    fig = Figure(
+        CXL_X8,
+        Dim.BANDWIDTH,
+        Kind.SPEC,
+        "cxl-spec-x8",
+        "x8 CXL 2.0 expander, one direction; Micron measured up to 36 GB/s at a 2:1 read/write mix"
+        " (micron-cz120); measured cards show 2-5x local DRAM latency (cxl-real-world-2024), which"
+        " a bulk stream of megabytes hides",
+    )
+    host = system.host.model_copy(update={"memory_bandwidth": fig, "memory_bandwidth_peak": None})
+    return system.model_copy(update={"host": host})
+
+
+def link_rows(system: System, model: Model, context: int = 128_000, batch: int = 1) -> pd.DataFrame:
+    """Return, per link, TPOT with every cache byte in host memory, its link time, the ratio to HBM."""
+    variants = [(f"{build_part('link', i).name}", with_link(system, i)) for i in LINK_IDS]
+    variants.append(
+        (
+            "PCIe 5.0 x16, cache in a CXL x8 memory expander",
+            with_cxl_host(with_link(system, "pcie5-x16")),
+        )
+    )
+    rows = []
+    for name, sys_ in variants:
+        st = tables.offloaded(sys_, model)
+        step = decode.step(st, context, batch)
+        hbm = float(step.streams["gpu"])
+        rows.append(
+            {
+                "link": name,
+                "copy rate": f"{decode.effective_link_rate(sys_, 'h2d') / 1e9:.4g} GB/s",
+                "link time (ms)": float(step.streams["h2d"]) * 1e3,
+                "TPOT, no overlap (ms)": float(step.total) * 1e3,
+                "TPOT, perfect overlap (ms)": float(
+                    decode.step(st, context, batch, "perfect").total
+                )
+                * 1e3,
+                "link / GPU work": float(step.streams["h2d"]) / hbm,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def required_link(
+    system: System, model: Model, context: int, batch: int, budget_s: float, overlap: str = "none"
+) -> float:
+    """Return the host-to-GPU rate (B/s) that meets the TPOT budget with the cache in host memory.
+
+    inf when no rate does: the GPU's own work (and the per-copy latency) already exceeds it.
+    """
+    return _solve(
+        lambda rate: tpot_with_link(system, model, context, batch, rate, overlap), budget_s
+    )
+
+
+def tpot_with_link(
+    system: System, model: Model, context: int, batch: int, rate: float, overlap: str = "none"
+) -> float:
+    """Return TPOT (s) with the cache in host memory reached at ``rate`` (B/s) in each direction.
+
+    Host memory is raised to the rate where it is slower, so the figure is the link's alone.
+    """
+    link = system.link.model_copy(update={
+        k: Figure(rate, Dim.BANDWIDTH, Kind.ASSUMED) for k in ("raw_bandwidth", "h2d_bandwidth", "d2h_bandwidth")
+    } | {"pageable_bandwidth": None})  # fmt: skip
+    host = system.host.model_copy(
+        update={
+            "memory_bandwidth": Figure(
+                max(rate, system.host.memory_bandwidth.value), Dim.BANDWIDTH, Kind.ASSUMED
+            ),
+            "memory_bandwidth_peak": None,
+        }
+    )
+    s = system.model_copy(update={"link": link, "host": host})
+    return float(decode.step(tables.offloaded(s, model, overlap), context, batch, overlap).total)
+
+
+UNLIMITED = 1e16  # B/s: a link so fast its copy time is nil; what remains is the GPU's own work
+
+
+def _solve(tpot_at, budget_s: float) -> float:
+    """Return the smallest rate (B/s) with tpot_at(rate) <= budget_s; inf when none does."""
+    hi = UNLIMITED
+    if tpot_at(hi) > budget_s:
+        return float("inf")
+    lo = 1e6
+    for _ in range(80):  # bisection in log space: TPOT falls as the rate rises
+        mid = np.sqrt(lo * hi)
+        if tpot_at(mid) <= budget_s:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def required_table(
+    system: System,
+    model: Model,
+    contexts: tuple[int, ...] = (32_000, 128_000),
+    batches: tuple[int, ...] = (1, 4, 16),
+    budget_s: float = 0.05,
+) -> pd.DataFrame:
+    """Return the link rate a TPOT budget needs, per context and batch, and what limits it."""
+    own = decode.effective_link_rate(system, "h2d")
+    rows = []
+    for c in contexts:
+        for b in batches:
+            none = required_link(system, model, c, b, budget_s)
+            perfect = required_link(system, model, c, b, budget_s, "perfect")
+            rows.append(
+                {
+                    "context": c,
+                    "batch": b,
+                    "needed, no overlap (GB/s)": none / 1e9,
+                    "needed, perfect overlap (GB/s)": perfect / 1e9,
+                    "this link (GB/s)": own / 1e9,
+                    "TPOT, unlimited link (ms)": tpot_with_link(system, model, c, b, UNLIMITED)
+                    * 1e3,
+                    "GPU work, all in HBM (ms)": float(
+                        decode.step(decode.Setup(system, model), c, b).total
+                    )
+                    * 1e3,
+                    "limit": "GPU work, layer after layer"
+                    if np.isinf(perfect)
+                    else ("this link suffices" if perfect <= own else "the wire"),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def verdict(
+    system: System, model: Model, context: int = 128_000, batch: int = 1, budget_s: float = 0.05
+) -> dict[str, float | bool | str]:
+    """Return offloaded TPOT over this system's link and over PCIe 4.0 x16, against a budget."""
+    pcie4 = with_link(system, "pcie4-x16")
+    out: dict[str, float | bool | str] = {"link": system.link.name}
+    for tag, s in (("own", system), ("pcie4", pcie4)):
+        for mode in ("none", "perfect"):
+            t = float(decode.step(tables.offloaded(s, model, mode), context, batch, mode).total)
+            out[f"{tag}_{mode}_ms"] = t * 1e3
+            out[f"{tag}_{mode}_meets"] = t <= budget_s
+    out["hbm_ms"] = float(decode.step(decode.Setup(system, model), context, batch).total) * 1e3
+    out["changes"] = bool(out["own_perfect_meets"]) and not bool(out["pcie4_perfect_meets"])
+    return out
+
+
+def source_ids() -> tuple[str, ...]:
+    """Return the sources this module's figures rest on (checked by the tests)."""
+    return tuple(
+        s for s in ("cxl-spec-x8", "cxl-real-world-2024", "micron-cz120") if s in catalog.sources()
+    )
