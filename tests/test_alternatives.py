@@ -131,3 +131,12 @@ def test_decision_grid_picks_an_option_that_meets_the_budget_with_least_memory()
             alternatives.gpu_bytes(ARTICLE, model, chosen, row.context, row.batch)
         ) == pytest.approx(least)
     assert set(grid["choice"]) - {"none"}, "some cell must have a choice"
+
+
+def test_the_pages_sources_table_lists_every_cited_source_once():
+    from kvoffload import tables
+
+    ids = alternatives.source_ids()
+    table = tables.sources_table([*ids, *ids, "no-such-source"])
+    assert list(table["source"]) == list(dict.fromkeys(ids))
+    assert table["address"].str.startswith("https://").all()

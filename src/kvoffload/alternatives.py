@@ -65,6 +65,12 @@ def data() -> dict:
     return load_mapping(catalog.catalog_dir() / "alternatives.yaml")
 
 
+def source_ids() -> list[str]:
+    """Return the sources of the quality figures and the retrieval latency."""
+    ids = [q["source"] for q in data()["quality"].values() if q["source"]]
+    return [*ids, data()["retrieval_latency"]["source"]]
+
+
 def retrieval_latency() -> float:
     """Return the assumed retrieval latency of a RAG request (s)."""
     return parse_quantity(data()["retrieval_latency"]["value"], Dim.TIME)

@@ -48,15 +48,16 @@ def with_cxl_host(system: System) -> System:
 
 def link_rows(system: System, model: Model, context: int = 128_000, batch: int = 1) -> pd.DataFrame:
     """Return, per link, TPOT with every cache byte in host memory, its link time, the ratio to HBM."""
-    variants = [(f"{build_part('link', i).name}", with_link(system, i)) for i in LINK_IDS]
+    variants = [
+        (build_part("link", i).name, with_link(system, i), build_part("link", i).h2d_bandwidth)
+        for i in LINK_IDS
+    ]
+    cxl = with_cxl_host(with_link(system, "pcie5-x16"))
     variants.append(
-        (
-            "PCIe 5.0 x16, cache in a CXL x8 memory expander",
-            with_cxl_host(with_link(system, "pcie5-x16")),
-        )
+        ("PCIe 5.0 x16, cache in a CXL x8 memory expander", cxl, cxl.host.memory_bandwidth)
     )
     rows = []
-    for name, sys_ in variants:
+    for name, sys_, fig in variants:
         st = tables.offloaded(sys_, model)
         step = decode.step(st, context, batch)
         hbm = float(step.streams["gpu"])
@@ -71,6 +72,8 @@ def link_rows(system: System, model: Model, context: int = 128_000, batch: int =
                 )
                 * 1e3,
                 "link / GPU work": float(step.streams["h2d"]) / hbm,
+                "rate kind": fig.kind.value,
+                "rate source": tables.source_title(fig.source),
             }
         )
     return pd.DataFrame(rows)

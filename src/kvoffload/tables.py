@@ -27,6 +27,22 @@ def source_title(source: str) -> str:
     return catalog.sources().get(source, {}).get("title", source) or "no source given"
 
 
+def sources_table(ids: list[str]) -> pd.DataFrame:
+    """Return the registered sources behind a page's figures: id, title, kind and address."""
+    known = catalog.sources()
+    rows = [
+        {
+            "source": i,
+            "title": known[i].get("title", ""),
+            "kind": known[i].get("kind", ""),
+            "address": known[i].get("url", ""),
+        }
+        for i in dict.fromkeys(ids)
+        if i in known
+    ]
+    return pd.DataFrame(rows, columns=["source", "title", "kind", "address"])
+
+
 def tier_table(system: System) -> pd.DataFrame:
     """Return the bandwidth of each tier: raw rating and achievable rate, each with kind and source."""
     rows = []
