@@ -170,9 +170,55 @@ def test_flexgen_option_errors_name_the_field():
         scenario("flexgen", {"gpu_batch": 4})
 
 
+def _flexgen_tps(options, batch):
+    sc = scenario(
+        "flexgen", options, hardware="t4-pcie3", model="opt-6.7b", weights="fp16", batch=batch
+    )
+    return predict(sc, check=False).to_json()["throughput_tokens_per_s"]
+
+
+def test_flexgen_dequantisation_traffic_is_counted_op_by_op():
+    # compression.py's decompress: two shift/mask passes, two strided fp16 stores, div_ and add_
+    # bytes per output value: packed nibbles 0.5, a uint8 temporary per pair 0.5, each strided
+    # store fills half the fp16 output (1.0), the in-place passes read and write all of it (2 + 2)
+    shift_and_mask = 2 * (0.5 + 0.5)
+    strided_stores = 2 * (0.5 + 1.0)
+    div_and_add = 2 * (2.0 + 2.0)
+    per_fp16_byte = (shift_and_mask + strided_stores + div_and_add) / 2.0
+    assert per_fp16_byte == pytest.approx(flexgen.DEQUANT_TRAFFIC)
+
+
+def test_flexgen_decompresses_weights_once_per_gpu_batch():
+    base = {"percent": [100, 0, 100, 0, 100, 0], "compress_weight": True}
+    one = _flexgen_tps(base | {"gpu_batch_size": 32, "num_gpu_batches": 1}, 32)
+    four = _flexgen_tps(base | {"gpu_batch_size": 8, "num_gpu_batches": 4}, 32)
+    assert four < one  # same requests, four times the weight decompression
+    plain = {"percent": [100, 0, 100, 0, 100, 0]}
+    same_one = _flexgen_tps(plain | {"gpu_batch_size": 32, "num_gpu_batches": 1}, 32)
+    same_four = _flexgen_tps(plain | {"gpu_batch_size": 8, "num_gpu_batches": 4}, 32)
+    assert same_four == pytest.approx(
+        same_one, rel=0.05
+    )  # no decompression: batching split is free
+
+
+def test_flexgen_compressed_cache_in_host_memory_moves_at_the_pageable_rate():
+    from dataclasses import replace
+
+    opts = {"percent": [100, 0, 0, 100, 100, 0], "compress_cache": True, "overlap": False}
+    sc = scenario("flexgen", opts, hardware="t4-pcie3", model="opt-6.7b", weights="fp16", batch=8)
+    link = sc.system.link
+    assert link.pageable_bandwidth.value < link.h2d_bandwidth.value
+    fast_link = link.model_copy(update={"pageable_bandwidth": link.h2d_bandwidth})
+    fast = replace(sc, system=sc.system.model_copy(update={"link": fast_link}))
+    slow_tps = predict(sc, check=False).to_json()["throughput_tokens_per_s"]
+    fast_tps = predict(fast, check=False).to_json()["throughput_tokens_per_s"]
+    assert fast_tps > slow_tps * 1.05  # the cache copy is what the pageable rate slows
+
+
 # Regression guard, documented in the README: the model's error on the published measurements may
 # not grow past these medians (the target, 25% on the FlexGen table, is not met yet).
-GUARD = {"all": 0.40, "flexgen": 0.55, "hf-accelerate": 0.35, "zero-inference": 0.30}
+GUARD = {"all": 0.40, "flexgen": 0.45, "hf-accelerate": 0.35, "zero-inference": 0.30}
+WITHIN_2X_T4 = 17 / 18  # every FlexGen-table row but t4-06, ZeRO's disk row published as "0.01"
 
 
 def test_validation_error_does_not_regress():
@@ -180,3 +226,5 @@ def test_validation_error_does_not_regress():
     for group, limit in GUARD.items():
         assert summary[group]["median_abs_rel_error"] <= limit, (group, summary[group])
     assert np.isclose(summary["all"]["rows"], len(validation.rows()))
+    t4 = validation.summary([r for r in validation.run() if r.row["id"].startswith("t4-")])
+    assert t4["all"]["within_2x"] >= WITHIN_2X_T4 - 1e-9, t4["all"]

@@ -20,7 +20,13 @@ from kvoffload.scenario import Prediction, Scenario
 from kvoffload.transfer import effective_link_rate
 
 COMPRESSED = (4 + 2 * 16 / 64) / 16  # 4-bit values plus an fp16 scale and minimum per group of 64
-DEQUANT_TRAFFIC = COMPRESSED + 1.0  # read the packed values, write fp16 (share of fp16 bytes)
+# HBM bytes FlexGen's TorchCompressedDevice.decompress moves per fp16 byte it produces, counted op
+# by op from flexgen/compression.py for N values (packed N/2 bytes, output 2N bytes):
+#   packed >> 4 and packed & 0xF: read N/2, write N/2 each          -> 2N
+#   data[even] = ..., data[odd] = ...: read N/2, write N (fp16) each -> 3N
+#   data.div_(scale), data.add_(mn): read 2N, write 2N each          -> 8N
+# 13N bytes for 2N bytes of fp16: 6.5 per fp16 byte. No constant is fitted to a measurement.
+DEQUANT_TRAFFIC = 13 / 2
 
 
 class Options(BaseModel):
@@ -98,7 +104,9 @@ def cost(sc: Scenario, pol: Policies, o: Options) -> Costs:
     ctok = (lay.kv_per_token * float(kv.bytes_per_token_per_layer(model, sc.setup.kv)[0]))[None, :]
     cf = ctok * (COMPRESSED if o.compress_cache else 1.0)
     hb = 2.0 * model.hidden * bls  # one token's hidden state per request, fp16
-    h2d = effective_link_rate(system, "h2d", pinned=True)
+    # a compressed cache is allocated unpinned ("disable pin_memory due to high memory overhead",
+    # TorchCompressedDevice.init_cache_one_gpu_batch), so its copies run at the pageable rate
+    h2d = effective_link_rate(system, "h2d", pinned=not o.compress_cache)
     w_in = effective_link_rate(system, "h2d", pinned=o.pin_weight)
     d2h = effective_link_rate(system, "d2h", pinned=True)
     dr, dw = system.storage.read_bandwidth.value, system.storage.write_bandwidth.value
@@ -107,7 +115,11 @@ def cost(sc: Scenario, pol: Policies, o: Options) -> Costs:
     peak = system.gpu.flops_bf16.value * eff
     host_bw, host_flops = system.host.memory_bandwidth.value, system.host.flops.value
     dense, attn = lay.dense_flops[None, :], lay.attn_flops[None, :]
-    dq_w = (w * DEQUANT_TRAFFIC / hbm) if o.compress_weight else 0.0
+    # FlexGen decompresses a layer's weights inside mha_gen/mlp, i.e. once per GPU batch, and the
+    # cache in full: decompress(k_cache)[:src_s] expands all prompt + generate - 1 slots each step
+    n_gpu_batches = bls / gbs
+    dq_w = (n_gpu_batches * w * DEQUANT_TRAFFIC / hbm) if o.compress_weight else 0.0
+    full_len = s + n - 1
 
     # prefill, per layer
     ctog_p = (wc + wd) * wf / w_in + (hc + hd) * s * hb / h2d
@@ -122,11 +134,11 @@ def cost(sc: Scenario, pol: Policies, o: Options) -> Costs:
     gtoc_g = (cc + cd) * bls * cf / d2h + (hc + hd) * hb / d2h
     dtoc_g = (cd * bls * sa * cf + wd * wf) / dr + hd * hb / dr
     ctod_g = cd * bls * cf / dw + hd * hb / dw
-    kv_read = on_gpu_kv * bls * sa * ctok
     gpu_g = np.maximum(
         (wf + on_gpu_kv * bls * sa * cf) / hbm, bls * (dense + attn * sa * on_gpu_kv) / peak
     )
-    gpu_g = gpu_g + dq_w + ((kv_read * DEQUANT_TRAFFIC / hbm) if o.compress_cache else 0.0)
+    kv_expanded = on_gpu_kv * bls * full_len * ctok
+    gpu_g = gpu_g + dq_w + ((kv_expanded * DEQUANT_TRAFFIC / hbm) if o.compress_cache else 0.0)
     cpu_far = (cc + cd) * bls * sa
     cpu_g = np.where(
         catt > 0, np.maximum(cpu_far * ctok / host_bw, cpu_far * attn / host_flops), 0.0
