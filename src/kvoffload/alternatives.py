@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from kvoffload import catalog, decode, kv
+from kvoffload import catalog, decode, kv, tables
 from kvoffload.hardware import System
 from kvoffload.inputs import load_mapping
 from kvoffload.models import Model
@@ -90,32 +90,35 @@ def context_of(option: Option, context: ArrayLike) -> np.ndarray:
     return np.minimum(c, option.window) if option.window else c
 
 
+def _memory(
+    system: System, model: Model, option: Option, context: ArrayLike, batch: ArrayLike
+) -> decode.Memory:
+    """Return what each tier holds under an option at (context, batch)."""
+    ctx = context_of(option, context).astype(np.int64)
+    return decode.memory(setup(system, model, option), ctx, np.asarray(batch, dtype=np.int64))
+
+
 def gpu_bytes(
     system: System, model: Model, option: Option, context: ArrayLike, batch: ArrayLike = 1
 ) -> np.ndarray:
     """Return the GPU memory an option needs: weights, the cache it keeps there, staging buffers."""
-    ctx = context_of(option, context).astype(np.int64)
-    return decode.memory(setup(system, model, option), ctx, np.asarray(batch, dtype=np.int64)).gpu
+    return _memory(system, model, option, context, batch).gpu
 
 
 def host_bytes(
     system: System, model: Model, option: Option, context: ArrayLike, batch: ArrayLike = 1
 ) -> np.ndarray:
     """Return the host memory an option needs for the cache."""
-    ctx = context_of(option, context).astype(np.int64)
-    return decode.memory(setup(system, model, option), ctx, np.asarray(batch, dtype=np.int64)).cpu
+    return _memory(system, model, option, context, batch).cpu
 
 
 def fits(
     system: System, model: Model, option: Option, context: ArrayLike, batch: ArrayLike = 1
 ) -> np.ndarray:
     """Return whether GPU and host memory hold an option at (context, batch)."""
-    gpu_ok = (
-        gpu_bytes(system, model, option, context, batch)
-        <= system.gpu.memory.value * system.gpu.count
-    )
-    host_ok = host_bytes(system, model, option, context, batch) <= system.host.memory.value
-    return gpu_ok & host_ok
+    mem = _memory(system, model, option, context, batch)
+    gpu_ok = mem.gpu <= system.gpu.memory.value * system.gpu.count
+    return gpu_ok & (mem.cpu <= system.host.memory.value)
 
 
 def tpot(
@@ -182,9 +185,7 @@ def comparison(system: System, model: Model, context: int, batch: int = 1) -> pd
                 "TPOT change": t / base_tpot - 1,
                 "TTFT (s)": ttft(system, model, o, context, batch),
                 "quality": q["delta"],
-                "quality source": catalog.sources().get(q["source"], {}).get("title", "")
-                if q["source"]
-                else "",
+                "quality source": tables.source_title(q["source"]) if q["source"] else "",
             }
         )
     return pd.DataFrame(rows)

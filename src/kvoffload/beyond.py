@@ -12,15 +12,8 @@ from kvoffload.hardware import System, build_part
 from kvoffload.models import Model
 from kvoffload.units import Dim
 
-LINK_IDS = (
-    "pcie3-x16",
-    "pcie4-x16",
-    "pcie5-x16",
-    "pcie6-x16",
-    "nvlink-c2c",
-    "nvlink-c2c-blackwell",
-)
-# A x8 CXL 2.0 expander on PCIe 5.0 electricals: 31.5 B/s per direction on the wire (cxl-spec-x8);
+LINK_IDS = tuple(catalog.parts("link"))  # every catalog link, in catalog order
+# A x8 CXL 2.0 expander on PCIe 5.0 electricals: 31.5 GB/s per direction on the wire (cxl-spec-x8);
 # Micron measured up to 36 GB/s on one CZ120 at a 2:1 read/write mix, which uses both directions
 # (micron-cz120), so a read-only stream is held to the one-direction figure.
 CXL_X8 = 31.5e9

@@ -117,7 +117,7 @@ def cost(sc: Scenario, pol: Policies, o: Options) -> Costs:
     dense, attn = lay.dense_flops[None, :], lay.attn_flops[None, :]
     # FlexGen decompresses a layer's weights inside mha_gen/mlp, i.e. once per GPU batch, and the
     # cache in full: decompress(k_cache)[:src_s] expands all prompt + generate - 1 slots each step
-    n_gpu_batches = bls / gbs
+    n_gpu_batches = col(pol.nb)
     dq_w = (n_gpu_batches * w * DEQUANT_TRAFFIC / hbm) if o.compress_weight else 0.0
     full_len = s + n - 1
 
