@@ -221,3 +221,18 @@ def test_interactive_formula_agrees_with_the_model():
             )
             model = decode.step(setup, ctx, batch, mode).total * 1e3
             assert browser == pytest.approx(model, rel=0.03)
+
+
+def test_pipeline_reads_the_disk_beside_the_link_copy():
+    # weights on disk: the disk reads layer i+2 while the link copies i+1 and i computes
+    t4, opt = load_system("t4-pcie3"), load_model("opt-30b")
+    setup = decode.Setup(
+        t4, opt, placement=decode.Placement(weights=decode.Split(0, 0, 1), overlap="pipeline")
+    )
+    per = decode.stream_times(setup, 512, 4)
+    lay = decode.layers(opt, setup.weights)
+    step = float(decode.step(setup, 512, 4).total)
+    serial_load = float((per["disk_read"] + per["h2d"]) @ lay.count)
+    assert step < serial_load  # the two hops of a load overlap across layers
+    slowest = float(np.maximum(per["disk_read"], per["h2d"]) @ lay.count)
+    assert step >= slowest  # but neither resource is ever faster than its own work

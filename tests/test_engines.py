@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from kvoffload import validation
+from kvoffload import decode, validation
 from kvoffload.engines import flexgen, infllm
 from kvoffload.errors import InputError
 from kvoffload.scenario import parse_scenario, predict
@@ -127,6 +127,15 @@ def test_streaming_engines_pay_for_pageable_copies():
     assert pageable.tpot_s > pinned.tpot_s
 
 
+def test_zero_from_nvme_copies_through_pinned_swap_buffers():
+    def tpot(pinned):
+        opts = {"weights": "disk", "pinned": pinned}
+        sc = scenario("zero-inference", opts, hardware="t4-pcie3", model="opt-30b", weights="fp16")
+        return predict(sc, check=False).tpot_s
+
+    assert tpot(False) == tpot(True)
+
+
 def test_flexgen_search_prints_a_feasible_policy_for_opt_175b_on_the_t4():
     sc = scenario("flexgen", {}, hardware="t4-pcie3", model="opt-175b", weights="fp16")
     out = predict(sc).to_json()
@@ -188,17 +197,54 @@ def test_flexgen_dequantisation_traffic_is_counted_op_by_op():
     assert per_fp16_byte == pytest.approx(flexgen.DEQUANT_TRAFFIC)
 
 
+def _flexgen_step(options, batch):
+    sc = scenario(
+        "flexgen", options, hardware="t4-pcie3", model="opt-6.7b", weights="fp16", batch=batch
+    )
+    return float(flexgen.cost(sc, flexgen.given_policy(sc), sc.options).step[0]), sc
+
+
 def test_flexgen_decompresses_weights_once_per_gpu_batch():
     base = {"percent": [100, 0, 100, 0, 100, 0], "compress_weight": True}
     one = _flexgen_tps(base | {"gpu_batch_size": 32, "num_gpu_batches": 1}, 32)
     four = _flexgen_tps(base | {"gpu_batch_size": 8, "num_gpu_batches": 4}, 32)
     assert four < one  # same requests, four times the weight decompression
+
+
+def test_flexgen_each_gpu_batch_reads_the_layer_weights_again():
     plain = {"percent": [100, 0, 100, 0, 100, 0]}
-    same_one = _flexgen_tps(plain | {"gpu_batch_size": 32, "num_gpu_batches": 1}, 32)
-    same_four = _flexgen_tps(plain | {"gpu_batch_size": 8, "num_gpu_batches": 4}, 32)
-    assert same_four == pytest.approx(
-        same_one, rel=0.05
-    )  # no decompression: batching split is free
+    one, sc = _flexgen_step(plain | {"gpu_batch_size": 32, "num_gpu_batches": 1}, 32)
+    four, _ = _flexgen_step(plain | {"gpu_batch_size": 8, "num_gpu_batches": 4}, 32)
+    lay = decode.layers(sc.model, sc.setup.weights)
+    weights = float(lay.weight_bytes @ lay.count)
+    # memory-bound at these batches: three more passes over the fp16 weights, nothing else
+    assert four - one == pytest.approx(3 * weights / sc.system.gpu.streaming_bandwidth, rel=1e-9)
+
+
+def test_flexgen_attention_reads_the_cache_at_the_profiles_attention_rate():
+    opts = {"percent": [100, 0, 100, 0, 100, 0], "gpu_batch_size": 64, "num_gpu_batches": 1}
+    slow, sc = _flexgen_step(opts, 64)
+    gpu = sc.system.gpu
+    assert gpu.attention_rate < gpu.streaming_bandwidth  # the T4 testbed carries FlexGen's fit
+    fast_gpu = gpu.model_copy(update={"attention_bandwidth": None})
+    from dataclasses import replace
+
+    fast_sc = replace(sc, system=sc.system.model_copy(update={"gpu": fast_gpu}))
+    fast = float(flexgen.cost(fast_sc, flexgen.given_policy(fast_sc), sc.options).step[0])
+    assert slow > fast
+
+
+def test_flexgen_overlap_serialises_the_host_to_gpu_load():
+    # FlexGen's cost model: T_gen = ctog + max(gtoc, dtoc, ctod, comp), per layer
+    opts = {"percent": [0, 100, 100, 0, 100, 0], "gpu_batch_size": 8, "num_gpu_batches": 1}
+    sc = scenario("flexgen", opts, hardware="t4-pcie3", model="opt-6.7b", weights="fp16", batch=8)
+    c = flexgen.cost(sc, flexgen.given_policy(sc), sc.options)
+    h2d, gpu = float(c.streams["h2d"][0]), float(c.streams["gpu"][0])
+    assert float(c.step[0]) == pytest.approx(h2d + gpu, rel=1e-9)
+    serial = flexgen.cost(
+        sc, flexgen.given_policy(sc), sc.options.model_copy(update={"overlap": False})
+    )
+    assert float(c.step[0]) <= float(serial.step[0])
 
 
 def test_flexgen_compressed_cache_in_host_memory_moves_at_the_pageable_rate():
@@ -215,16 +261,19 @@ def test_flexgen_compressed_cache_in_host_memory_moves_at_the_pageable_rate():
     assert fast_tps > slow_tps * 1.05  # the cache copy is what the pageable rate slows
 
 
-# Regression guard, documented in the README: the model's error on the published measurements may
-# not grow past these medians (the target, 25% on the FlexGen table, is not met yet).
-GUARD = {"all": 0.40, "flexgen": 0.45, "hf-accelerate": 0.35, "zero-inference": 0.30}
-WITHIN_2X_T4 = 17 / 18  # every FlexGen-table row but t4-06, ZeRO's disk row published as "0.01"
+# Regression guard, documented in the README. The acceptance on FlexGen's T4 table: median
+# absolute error at most 25% and every row within 2x. The per-engine medians may not grow past these.
+T4_TABLE = {"median_abs_rel_error": 0.25, "within_2x": 1.0}
+GUARD = {"all": 0.25, "flexgen": 0.15, "hf-accelerate": 0.20, "zero-inference": 0.50}
 
 
 def test_validation_error_does_not_regress():
-    summary = validation.summary(validation.run())
+    results = validation.run()
+    summary = validation.summary(results)
     for group, limit in GUARD.items():
         assert summary[group]["median_abs_rel_error"] <= limit, (group, summary[group])
     assert np.isclose(summary["all"]["rows"], len(validation.rows()))
-    t4 = validation.summary([r for r in validation.run() if r.row["id"].startswith("t4-")])
-    assert t4["all"]["within_2x"] >= WITHIN_2X_T4 - 1e-9, t4["all"]
+    t4 = validation.table_summary(results)["flexgen-t4"]
+    assert t4["rows"] == 18
+    assert t4["median_abs_rel_error"] <= T4_TABLE["median_abs_rel_error"], t4
+    assert t4["within_2x"] >= T4_TABLE["within_2x"], t4

@@ -155,3 +155,13 @@ def test_gpu_memory_capacities_are_vendor_figures():
     assert gpus["rtx-3070-ti"].memory.value == 8 * 2**30
     assert gpus["t4"].memory.value == 16 * 2**30
     assert gpus["h100-sxm"].memory_bandwidth.value == 3.35e12
+
+
+def test_attention_rate_defaults_to_the_streaming_rate_and_may_not_exceed_the_memory():
+    t4 = load_system("t4-pcie3").gpu
+    assert t4.attention_rate < t4.streaming_bandwidth < t4.memory_bandwidth.value
+    plain = build_part("gpu", "t4")
+    assert plain.attention_rate == plain.streaming_bandwidth
+    too_fast = {"value": "400 GB/s", "kind": "assumed", "source": "kvoffload-assumption"}
+    with pytest.raises(Exception, match="attention_bandwidth"):
+        build_part("gpu", {"base": "t4", "attention_bandwidth": too_fast})

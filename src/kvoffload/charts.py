@@ -379,7 +379,8 @@ def interactive_constants(setup: decode.Setup) -> dict[str, float]:
     return {
         "weights_bytes": float(lay.weight_bytes @ lay.count),
         "dense_flops": float(lay.dense_flops @ lay.count),
-        "hbm_bps": (sysm.gpu.memory_bandwidth_achievable or sysm.gpu.memory_bandwidth).value,
+        "hbm_bps": sysm.gpu.streaming_bandwidth,
+        "attn_bps": sysm.gpu.attention_rate,
         "peak_flops": sysm.gpu.flops_bf16.value * eff,
         "link_gbps": transfer.effective_link_rate(sysm, "h2d") / 1e9,
         "latency_s": sysm.link.latency.value * setup.model.n_layers,
@@ -396,7 +397,7 @@ def tpot_formula(
 ) -> np.ndarray:
     """Evaluate, in Python, the formula the interactive chart evaluates in the browser (ms)."""
     gpu = np.maximum(
-        (c["weights_bytes"] + batch * kv_bytes) / c["hbm_bps"],
+        c["weights_bytes"] / c["hbm_bps"] + batch * kv_bytes / c["attn_bps"],
         batch * (c["dense_flops"] + attn_flops) / c["peak_flops"],
     )
     link = batch * kv_bytes / (link_gbps * 1e9) + c["latency_s"]
@@ -427,7 +428,7 @@ def interactive_tpot_chart(
             min=1000, max=int(max(contexts)), step=1000, name="context marker (tokens) "
         ),
     )
-    gpu = f"max(({c['weights_bytes']!r} + batch * datum.kv_bytes) / {c['hbm_bps']!r}, batch * ({c['dense_flops']!r} + datum.attn_flops) / {c['peak_flops']!r})"
+    gpu = f"max({c['weights_bytes']!r} / {c['hbm_bps']!r} + batch * datum.kv_bytes / {c['attn_bps']!r}, batch * ({c['dense_flops']!r} + datum.attn_flops) / {c['peak_flops']!r})"
     xfer = f"batch * datum.kv_bytes / (link_gbps * 1e9) + {c['latency_s']!r}"
     base = (
         alt.Chart(interactive_frame(setup, contexts))

@@ -236,14 +236,15 @@ def _validate(args: argparse.Namespace) -> int:
 
     results = validation.run()
     summary = validation.summary(results)
+    tables = validation.table_summary(results)
     if args.json:
         rows = [
             {"id": r.row["id"], "engine": r.row["engine"], "model": r.row["model"], "system": r.row["system"],
              "metric": r.row["metric"], "measured": r.row["measured"], "predicted": r.predicted, "ratio": r.ratio,
-             "source": r.row["source"]}
+             "table": r.row["table"], "source": r.row["source"]}
             for r in results
         ]  # fmt: skip
-        _print_json({"rows": rows, "summary": summary})
+        _print_json({"rows": rows, "summary": summary, "tables": tables})
         return 0
     print(
         f"{'row':<12} {'engine':<15} {'model':<10} {'measured':>10} {'predicted':>10} {'ratio':>6}"
@@ -252,9 +253,9 @@ def _validate(args: argparse.Namespace) -> int:
         print(
             f"{r.row['id']:<12} {r.row['engine']:<15} {r.row['model']:<10} {r.row['measured']:>10.4g} {r.predicted:>10.4g} {r.ratio:>6.2f}"
         )
-    for name, s in summary.items():
+    for name, s in [*((f"table {t}", s) for t, s in tables.items()), *summary.items()]:
         print(
-            f"{name}: {s['rows']} rows, median |error| {s['median_abs_rel_error']:.0%}, within 2x {s['within_2x']:.0%}"
+            f"{name}: {s['rows']} rows, median |error| {s['median_abs_rel_error']:.1%}, within 2x {s['within_2x']:.0%}"
         )
     return 0
 

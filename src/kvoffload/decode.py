@@ -186,12 +186,12 @@ def stream_times(setup: Setup, context: ArrayLike, batch: ArrayLike) -> dict[str
     k, n = lay.expert_use
     active = np.minimum(1.0, b * k / n)
     w_read = lay.weight_bytes - lay.expert_bytes + lay.expert_bytes * active
-    hbm = (sysm.gpu.memory_bandwidth_achievable or sysm.gpu.memory_bandwidth).value
+    hbm, att_bw = sysm.gpu.streaming_bandwidth, sysm.gpu.attention_rate
     eff = sysm.gpu.compute_efficiency.value if sysm.gpu.compute_efficiency else 1.0
     peak = sysm.gpu.flops_bf16.value * eff
     kv_on_gpu_share = 1.0 if gpu_attends else c.gpu
     gpu_flops = b * lay.dense_flops + b * lay.attn_flops * held * kv_on_gpu_share
-    gpu = np.maximum((w_read + kv_layer * kv_on_gpu_share) / hbm, gpu_flops / peak)
+    gpu = np.maximum(w_read / hbm + kv_layer * kv_on_gpu_share / att_bw, gpu_flops / peak)
 
     zero = np.zeros_like(gpu)
     if gpu_attends or np.all(np.asarray(c.off) == 0):
@@ -237,18 +237,37 @@ def stream_times(setup: Setup, context: ArrayLike, batch: ArrayLike) -> dict[str
 
 
 def _pipeline(
-    load: np.ndarray, comp: np.ndarray, store: np.ndarray, order: tuple[int, ...]
+    disk_in: np.ndarray,
+    link_in: np.ndarray,
+    comp: np.ndarray,
+    link_out: np.ndarray,
+    disk_out: np.ndarray,
+    order: tuple[int, ...],
 ) -> np.ndarray:
-    """Layer i computes while layer i+1 loads and layer i-1 stores; the first load is exposed."""
-    nxt = (*order[1:], -1)
-    prv = (-1, *order[:-1])
-    zero = np.zeros(load.shape[:-1])
-    total = load[..., order[0]] + store[..., order[-1]]
-    for (ci, ni, pi), times in Counter(zip(order, nxt, prv, strict=True)).items():
-        stage = np.maximum(
-            comp[..., ci],
-            np.maximum(load[..., ni] if ni >= 0 else zero, store[..., pi] if pi >= 0 else zero),
-        )
+    """Five stages in flight: disk reads layer i+2, the link loads i+1, i computes, i-1 and i-2 store.
+
+    Each argument is seconds per layer class; stage k ends when its slowest resource does. With no
+    disk traffic this is the three-stage pipeline: the first load and the last store are exposed.
+    """
+    n = len(order)
+    work = (
+        disk_in,
+        link_in,
+        comp,
+        link_out,
+        disk_out,
+    )  # resource r works on layer k - r in stage k
+    zero = np.zeros(comp.shape[:-1])
+    stages = Counter(
+        tuple(order[k - r] if 0 <= k - r < n else -1 for r in range(len(work)))
+        for k in range(n + len(work) - 1)
+    )
+    total = zero
+    for layers_in_stage, times in stages.items():
+        stage = zero
+        for r, li in enumerate(layers_in_stage):
+            if li >= 0:
+                stage = np.maximum(stage, work[r][..., li])
         total = total + times * stage
     return total
 
@@ -260,10 +279,11 @@ def combine(streams: dict[str, np.ndarray], lay: Layers, overlap: str) -> np.nda
         return sum(streams[k] for k in STREAMS) @ cnt
     if overlap == "perfect":
         return np.max(np.stack([streams[k] @ cnt for k in STREAMS]), axis=0)
-    if overlap == "flexgen":  # FlexGen's cost model: per layer, the max of its streams
-        per = np.maximum.reduce(
+    if (
+        overlap == "flexgen"
+    ):  # FlexGen's cost model: the host->GPU load, then the longest of the rest
+        per = streams["h2d"] + np.maximum.reduce(
             [
-                streams["h2d"],
                 streams["d2h"],
                 streams["disk_read"],
                 streams["disk_write"],
@@ -272,10 +292,15 @@ def combine(streams: dict[str, np.ndarray], lay: Layers, overlap: str) -> np.nda
         )
         return per @ cnt
     if overlap == "pipeline":
-        load = streams["disk_read"] + streams["h2d"]
         comp = streams["gpu"] + streams["cpu"]
-        store = streams["d2h"] + streams["disk_write"]
-        return _pipeline(load, comp, store, lay.order)
+        return _pipeline(
+            streams["disk_read"],
+            streams["h2d"],
+            comp,
+            streams["d2h"],
+            streams["disk_write"],
+            lay.order,
+        )
     raise ValueError(f"unknown overlap mode {overlap!r}")
 
 
@@ -342,7 +367,7 @@ def ttft(setup: Setup, prompt: ArrayLike, batch: ArrayLike = 1) -> np.ndarray:
     """Return the prefill time (s): compute-bound matmuls and attention, weights streamed once."""
     sysm, p = setup.system, setup.placement
     eff = sysm.gpu.compute_efficiency.value if sysm.gpu.compute_efficiency else 1.0
-    hbm = (sysm.gpu.memory_bandwidth_achievable or sysm.gpu.memory_bandwidth).value
+    hbm = sysm.gpu.streaming_bandwidth
     weights, kv_total = _totals(setup, prompt, batch)
     compute = np.maximum(
         prefill_flops(setup.model, prompt, batch) / (sysm.gpu.flops_bf16.value * eff), weights / hbm

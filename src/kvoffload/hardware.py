@@ -40,12 +40,27 @@ class Gpu(BaseModel):
     flops_fp8: FlopRate | None = None
     flops_int8: FlopRate | None = None
     compute_efficiency: Efficiency | None = None  # share of the dense peak that GEMMs reach
+    # the rate at which decode attention reads the KV cache, where measured below the memory's
+    attention_bandwidth: DeviceBandwidth | None = None
     count: int = Field(1, ge=1, le=64)
 
     @model_validator(mode="after")
     def _achievable_below_peak(self) -> Gpu:
         _not_above(self, "memory_bandwidth_achievable", "memory_bandwidth", slack=1.02)
+        _not_above(self, "attention_bandwidth", "memory_bandwidth", slack=1.02)
         return self
+
+    @property
+    def streaming_bandwidth(self) -> float:
+        """Return the rate (B/s) at which kernels stream GPU memory: measured if known, else spec."""
+        return (self.memory_bandwidth_achievable or self.memory_bandwidth).value
+
+    @property
+    def attention_rate(self) -> float:
+        """Return the rate (B/s) at which decode attention reads the KV cache."""
+        return (
+            self.attention_bandwidth.value if self.attention_bandwidth else self.streaming_bandwidth
+        )
 
 
 class Link(BaseModel):

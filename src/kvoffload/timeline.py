@@ -66,22 +66,27 @@ def simulate(
             for i in range(n):
                 task = "load" if r in LOAD else "store" if r in STORE else "compute"
                 t = _chain(events, t, i, task, (r,), d)
-    elif mode == "pipeline":  # stage k: compute k, load k+1, store k-1; stages synchronise
-        t = _chain(events, 0.0, 0, "load", LOAD, d)
-        for k in range(n + 1):
+    elif mode == "pipeline":  # stage k: disk reads k, link loads k-1, k-2 computes, k-3, k-4 store
+        stages = (
+            ("load", ("disk_read",)),
+            ("load", ("h2d",)),
+            ("compute", COMPUTE),
+            ("store", ("d2h",)),
+            ("store", ("disk_write",)),
+        )
+        t = 0.0
+        for k in range(n + len(stages) - 1):
             ends = [t]
-            if k < n:
-                ends.append(_chain(events, t, k, "compute", COMPUTE, d))
-            if k + 1 < n:
-                ends.append(_chain(events, t, k + 1, "load", LOAD, d))
-            if k >= 1:
-                ends.append(_chain(events, t, k - 1, "store", STORE, d))
+            for r, (task, resources) in enumerate(stages):
+                if 0 <= k - r < n:
+                    ends.append(_chain(events, t, k - r, task, resources, d))
             t = max(ends)
-    elif mode == "flexgen":  # per layer, every stream runs at once; the layer ends with the slowest
+    elif mode == "flexgen":  # per layer: the host->GPU load, then every other stream at once
         t = 0.0
         for i in range(n):
+            t = _chain(events, t, i, "load", ("h2d",), d)
             ends = [t, _chain(events, t, i, "compute", COMPUTE, d)]
-            for r in (*LOAD, *STORE):
+            for r in ("disk_read", "d2h", "disk_write"):
                 ends.append(_chain(events, t, i, "load" if r in LOAD else "store", (r,), d))
             t = max(ends)
     else:

@@ -60,18 +60,27 @@ def run() -> list[Result]:
     return out
 
 
+def _stats(group: list[Result]) -> dict[str, Any]:
+    errors = np.array([r.error for r in group])
+    ratios = np.array([r.ratio for r in group])
+    return {
+        "rows": len(group),
+        "median_abs_rel_error": float(np.median(errors)),
+        "within_2x": float(np.mean((ratios >= 0.5) & (ratios <= 2.0))),
+    }
+
+
 def summary(results: list[Result]) -> dict[str, dict[str, Any]]:
     """Return per engine (and for all rows): median absolute relative error, share within 2x."""
     groups: dict[str, list[Result]] = {"all": results}
     for r in results:
         groups.setdefault(r.row["engine"], []).append(r)
-    out = {}
-    for name, group in groups.items():
-        errors = np.array([r.error for r in group])
-        ratios = np.array([r.ratio for r in group])
-        out[name] = {
-            "rows": len(group),
-            "median_abs_rel_error": float(np.median(errors)),
-            "within_2x": float(np.mean((ratios >= 0.5) & (ratios <= 2.0))),
-        }
-    return out
+    return {name: _stats(group) for name, group in groups.items()}
+
+
+def table_summary(results: list[Result]) -> dict[str, dict[str, Any]]:
+    """Return the same statistics per published table (each row's ``table``)."""
+    groups: dict[str, list[Result]] = {}
+    for r in results:
+        groups.setdefault(r.row["table"], []).append(r)
+    return {name: _stats(group) for name, group in groups.items()}

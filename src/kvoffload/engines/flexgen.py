@@ -110,7 +110,7 @@ def cost(sc: Scenario, pol: Policies, o: Options) -> Costs:
     w_in = effective_link_rate(system, "h2d", pinned=o.pin_weight)
     d2h = effective_link_rate(system, "d2h", pinned=True)
     dr, dw = system.storage.read_bandwidth.value, system.storage.write_bandwidth.value
-    hbm = (system.gpu.memory_bandwidth_achievable or system.gpu.memory_bandwidth).value
+    hbm, att_bw = system.gpu.streaming_bandwidth, system.gpu.attention_rate
     eff = system.gpu.compute_efficiency.value if system.gpu.compute_efficiency else 1.0
     peak = system.gpu.flops_bf16.value * eff
     host_bw, host_flops = system.host.memory_bandwidth.value, system.host.flops.value
@@ -134,8 +134,11 @@ def cost(sc: Scenario, pol: Policies, o: Options) -> Costs:
     gtoc_g = (cc + cd) * bls * cf / d2h + (hc + hd) * hb / d2h
     dtoc_g = (cd * bls * sa * cf + wd * wf) / dr + hd * hb / dr
     ctod_g = cd * bls * cf / dw + hd * hb / dw
+    # each GPU batch's matmuls read the layer's fp16 weights (decompressed first when compressed),
+    # and attention reads the fp16 cache (expanded first when compressed)
     gpu_g = np.maximum(
-        (wf + on_gpu_kv * bls * sa * cf) / hbm, bls * (dense + attn * sa * on_gpu_kv) / peak
+        n_gpu_batches * w / hbm + on_gpu_kv * bls * sa * ctok / att_bw,
+        bls * (dense + attn * sa * on_gpu_kv) / peak,
     )
     kv_expanded = on_gpu_kv * bls * full_len * ctok
     gpu_g = gpu_g + dq_w + ((kv_expanded * DEQUANT_TRAFFIC / hbm) if o.compress_cache else 0.0)
@@ -145,8 +148,8 @@ def cost(sc: Scenario, pol: Policies, o: Options) -> Costs:
     )
     cnt = lay.count
     if o.overlap:
-        t_p = np.maximum.reduce([ctog_p, gtoc_p, dtoc_p, ctod_p, comp_p]) @ cnt
-        t_g = np.maximum.reduce([ctog_g, gtoc_g, dtoc_g, ctod_g, gpu_g + cpu_g]) @ cnt
+        t_p = np.maximum.reduce([ctog_p + dtoc_p, gtoc_p + ctod_p, comp_p]) @ cnt
+        t_g = (ctog_g + np.maximum.reduce([gtoc_g, dtoc_g, ctod_g, gpu_g + cpu_g])) @ cnt
     else:
         t_p = (ctog_p + gtoc_p + dtoc_p + ctod_p + comp_p) @ cnt
         t_g = (ctog_g + gtoc_g + dtoc_g + ctod_g + gpu_g + cpu_g) @ cnt

@@ -1,7 +1,8 @@
 """DeepSpeed ZeRO-Inference and HF Accelerate: weights streamed layer by layer from host memory
-or disk. ZeRO prefetches the next layer while one computes and can keep the KV cache in host
-memory with attention on the CPU, and quantise weights to 4 bits; Accelerate copies each layer
-before it runs. Both use pageable host memory unless told otherwise.
+or disk. ZeRO prefetches while a layer computes (from NVMe, the disk read of a later layer runs
+beside the copy of the next one) and can keep the KV cache in host memory with attention on the
+CPU, and quantise weights to 4 bits; Accelerate copies each layer before it runs. Both use
+pageable host memory unless told otherwise, except ZeRO's NVMe swap buffers, which are pinned.
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ def predict(sc: Scenario) -> Prediction:
         kv=decode.Split(0, 1, 0) if kv_offload else decode.Split(),
         attention="cpu" if kv_offload else "gpu",
         overlap="pipeline" if zero else "none",
-        pinned=o.pinned,
+        # ZeRO reads NVMe-resident weights asynchronously (libaio) into page-locked swap buffers
+        # (AsyncPartitionedParameterSwapper pins them), so from disk its copies are pinned
+        pinned=o.pinned or (zero and o.weights == "disk"),
     )
     fmt = WeightFormat.INT4 if zero and o.quantize_weights else sc.setup.weights
     pred = predict_setup(sc, decode.Setup(sc.system, sc.model, fmt, sc.setup.kv, placement))
