@@ -239,6 +239,7 @@ def _execute(job: Job) -> Outcome:
                 progress_bar=False,
                 log_output=False,
                 cwd=str(job.chapter.path.parent),
+                start_timeout=300,  # a busy two-core machine can take over a minute to start one
             )
         except PapermillExecutionError as exc:
             source = ""

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from kvoffload import catalog, kv, transfer
-from kvoffload.hardware import System
+from kvoffload.hardware import System, load_system
 from kvoffload.inputs import load_mapping
 from kvoffload.models import Model, load_model, model_ids
 from kvoffload.precision import KvFormat, WeightFormat
@@ -257,3 +257,24 @@ def engine_predictions(
             }
         )
     return pd.DataFrame(rows)
+
+
+def calibration_table(system_id: str) -> pd.DataFrame:
+    """Return the constants a validation testbed and the engines use: value, kind and source."""
+    from kvoffload.engines import flexgen, llamacpp
+
+    system = load_system(system_id)
+    rows = [
+        {"where": system_id, "constant": name, "value": str(f), "kind": f.kind.value, "source": f.source}
+        for name, f in system.figures().items()
+        if f.kind.value == "measured"
+    ]  # fmt: skip
+    rows += [
+        {"where": "llama.cpp engine", "constant": "gpu_share (of streaming bandwidth)",
+         "value": f"{llamacpp.gpu_share_from_source():.1%}", "kind": "measured", "source": "llama-cpp-pr-6766"},
+        {"where": "llama.cpp engine", "constant": "split_sync (per CPU<->GPU hand-over)",
+         "value": f"{llamacpp.split_sync_s_from_source() * 1e6:.0f} µs", "kind": "measured", "source": "llama-cpp-pr-7526"},
+        {"where": "FlexGen engine", "constant": "decompression traffic (bytes per fp16 byte)",
+         "value": f"{flexgen.DEQUANT_TRAFFIC:g}", "kind": "derived", "source": "flexllmgen-compression"},
+    ]  # fmt: skip
+    return pd.DataFrame(rows, columns=["where", "constant", "value", "kind", "source"])

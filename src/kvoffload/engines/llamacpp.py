@@ -4,17 +4,44 @@ The last N layers (counting the output layer) live on the GPU and run there
 (``i_gpu_start = n_layer + 1 - N`` in llama.cpp's layer placement); the others stay in host
 memory and run on the CPU at host memory bandwidth. A layer's KV cache lives with the layer
 unless ``no_kv_offload`` keeps all of it in host memory, where attention then runs on the CPU.
-The hidden state crosses devices once per token where the CPU part hands over to the GPU.
+
+Two engine constants, each derived from a published llama.cpp measurement on another machine than
+the ones the validation checks, apply to every scenario (both can be overridden in ``options``):
+
+- ``gpu_share``: the share of the GPU's streaming bandwidth that llama.cpp's decode kernels reach
+  at batch 1, launch gaps included. From PR #6766: LLaMA 2 7B Q4_0 text generation on an RTX 4090
+  at 138.31 tokens/s on master (before CUDA graphs), against that card's measured bandwidth.
+- ``split_sync_us``: what each hand-over between the CPU and CUDA backends costs (synchronise,
+  copy, wake the CPU threads). From PR #7526: LLaMA 7B Q4_0 on an RTX 3060 Laptop GPU, 66.24
+  tokens/s with the cache on the GPU and 45.91 with ``--no-kv-offload`` (threadpool build), whose
+  difference is 64 hand-overs per token, two per layer.
+
+The hidden state enters the GPU once per token (the token embeddings stay in host memory) and the
+logits come back; with ``no_kv_offload`` every GPU layer hands its attention to the CPU and back.
 """
 
 from __future__ import annotations
+
+from functools import cache
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvoffload import decode, kv
-from kvoffload.scenario import Prediction, Scenario
+from kvoffload.scenario import Prediction, Scenario, parse_scenario
 from kvoffload.transfer import effective_link_rate
+
+# PR #6766 (ggml-org/llama.cpp), LLaMA 2 7B Q4_0, ./main text generation on master, RTX 4090
+PR6766_TOKENS_PER_S = 138.31
+# PR #7526, LLaMA 7B Q4_0 tg128 on an RTX 3060 Laptop GPU (threadpool build): KV on GPU / -nkvo
+PR7526_TOKENS_PER_S = {"kv_on_gpu": 66.24, "no_kv_offload": 45.91}
+PR7526_LAYERS = 32  # LLaMA 7B's repeating layers; each hands attention to the CPU and back
+
+
+def split_sync_s_from_source() -> float:
+    """Return the seconds one CPU<->GPU hand-over costs, from PR #7526's two runs."""
+    extra = 1 / PR7526_TOKENS_PER_S["no_kv_offload"] - 1 / PR7526_TOKENS_PER_S["kv_on_gpu"]
+    return extra / (2 * PR7526_LAYERS)
 
 
 class Options(BaseModel):
@@ -23,6 +50,8 @@ class Options(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     n_gpu_layers: int | None = Field(None, ge=0, le=100_000, strict=True)  # default: everything
     no_kv_offload: bool = Field(False, strict=True)
+    gpu_share: float | None = Field(None, gt=0, le=1)  # default: gpu_share_from_source()
+    split_sync_us: float | None = Field(None, ge=0, le=100_000)  # default: from PR #7526
 
 
 def placement(sc: Scenario) -> tuple[int, np.ndarray]:
@@ -34,9 +63,17 @@ def placement(sc: Scenario) -> tuple[int, np.ndarray]:
     return ngl, np.arange(n + 1) >= i_gpu_start
 
 
+def _constants(sc: Scenario) -> tuple[float, float]:
+    o = sc.options
+    share = o.gpu_share if o.gpu_share is not None else gpu_share_from_source()
+    sync = o.split_sync_us * 1e-6 if o.split_sync_us is not None else split_sync_s_from_source()
+    return share, sync
+
+
 def step_parts(sc: Scenario, context: np.ndarray, batch: float) -> dict[str, np.ndarray]:
     """Return seconds per token on the GPU, on the CPU and crossing devices, over ``context``."""
     system, model = sc.system, sc.model
+    share, sync = _constants(sc)
     lay = decode.layers(model, sc.setup.weights)
     _, on_gpu = placement(sc)
     order = np.array(lay.order)
@@ -54,7 +91,7 @@ def step_parts(sc: Scenario, context: np.ndarray, batch: float) -> dict[str, np.
     )
     ctx = np.asarray(context, dtype=np.float64)
     per = decode.stream_times(gsetup, ctx, batch)
-    gpu = per["gpu"] @ gpu_count
+    gpu = per["gpu"] @ gpu_count / share
     attn_cpu = per["cpu"] @ gpu_count  # -nkvo: the GPU layers' attention runs on the CPU
     link = (per["h2d"] + per["d2h"]) @ gpu_count
     # CPU layers: weights and cache streamed from host DRAM, or FLOPs at the CPU's rate
@@ -69,14 +106,38 @@ def step_parts(sc: Scenario, context: np.ndarray, batch: float) -> dict[str, np.
         @ cpu_count
     )
     crossings = 0.0
-    if on_gpu.any() and not on_gpu.all():  # the CPU part hands the hidden state to the GPU once
+    if on_gpu.any():  # the hidden state enters the GPU where the CPU part (or the lookup) ends
         hidden = batch * model.hidden * 2
-        crossings = hidden / effective_link_rate(system, "h2d") + system.link.latency.value
+        crossings = hidden / effective_link_rate(system, "h2d") + system.link.latency.value + sync
     if on_gpu[-1]:  # logits come back to the host for sampling
         crossings += (
-            batch * model.vocab * 4 / effective_link_rate(system, "d2h") + system.link.latency.value
+            batch * model.vocab * 4 / effective_link_rate(system, "d2h")
+            + system.link.latency.value
+            + sync
         )
+    if nkvo:  # every GPU layer hands its attention to the CPU and takes the result back
+        crossings += 2 * sync * float(gpu_count[lay.attn_flops > 0].sum())
     return {"gpu": gpu, "cpu": cpu_layers + attn_cpu, "link": link + crossings}
+
+
+@cache
+def gpu_share_from_source() -> float:
+    """Return the share of streaming bandwidth llama.cpp's decode reached in PR #6766 (RTX 4090)."""
+    ref = parse_scenario(
+        {
+            "hardware": "rtx-4090-desktop",
+            "model": "llama-2-7b",
+            "engine": "llamacpp",
+            "precision": {"weights": "q4_0", "kv": "fp16"},
+            "workload": {"batch": 1, "prompt": 1, "generate": 128},
+            "options": {"gpu_share": 1.0},
+        },
+        name="llama.cpp PR #6766 reference",
+    )
+    parts = step_parts(ref, ref.prompt + decode._samples(ref.generate), 1)
+    ideal_gpu = float(np.mean(parts["gpu"]))
+    rest = float(np.mean(parts["cpu"] + parts["link"]))
+    return ideal_gpu / (1 / PR6766_TOKENS_PER_S - rest)
 
 
 def predict(sc: Scenario) -> Prediction:
