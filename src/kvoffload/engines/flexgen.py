@@ -1,10 +1,12 @@
 """FlexGen: weights, KV cache and activations placed over GPU, CPU and disk by fractions; a block of
 GPU batches shares each loaded layer (zig-zag); attention on the CPU over CPU-resident cache
-(``--cpu``); optional 4-bit group-wise compression; and FlexGen's overlap, in which each layer
-takes the longest of its streams. The time model follows FlexGen's own cost model
-(FlexLLMGen experimental/cost_model.py) with the hardware profile's figures in place of its
-fitted constants; without a ``percent`` policy, a search over a grid of policies picks the one
-with the highest throughput that fits every tier.
+(``--cpu``); optional 4-bit group-wise compression; and FlexGen's overlap. The time model follows
+FlexGen's own cost model (FlexLLMGen experimental/cost_model.py), overlap included: in decode a
+layer waits for its host-to-GPU load and then takes the longest of its other streams; in prefill
+it takes the longest of (load from CPU + read from disk), (store to CPU + write to disk) and
+compute. The hardware profile's figures replace the cost model's fitted constants; without a
+``percent`` policy, a search over a grid of policies picks the one with the highest throughput
+that fits every tier.
 """
 
 from __future__ import annotations
