@@ -10,7 +10,7 @@ weights) are computed once as a class, so sweeps over context × batch stay chea
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 
 import numpy as np
@@ -74,17 +74,20 @@ class Setup:
     weights: WeightFormat = WeightFormat.BF16
     kv: KvFormat = KvFormat.BF16
     placement: Placement = field(default_factory=Placement)
+    # KV heads the engine stores per layer, where it expands grouped heads (None: the model's own)
+    kv_heads_stored: int | None = None
+
+    @property
+    def cache_model(self) -> Model:
+        """Return the model as its cache is stored (with expanded KV heads, if the engine does)."""
+        if self.kv_heads_stored is None or self.kv_heads_stored == self.model.n_kv_heads:
+            return self.model
+        return replace(self.model, n_kv_heads=self.kv_heads_stored)
 
     def with_overlap(self, overlap: str) -> Setup:
         """Return the same setup with another overlap mode."""
         p = self.placement
-        return Setup(
-            self.system,
-            self.model,
-            self.weights,
-            self.kv,
-            Placement(p.weights, p.kv, p.attention, overlap, p.pinned),
-        )
+        return replace(self, placement=Placement(p.weights, p.kv, p.attention, overlap, p.pinned))
 
 
 @dataclass(frozen=True)
@@ -172,7 +175,7 @@ def stream_times(setup: Setup, context: ArrayLike, batch: ArrayLike) -> dict[str
     lay = layers(setup.model, setup.weights)
     s = np.asarray(context, dtype=np.float64)[..., None]
     b = np.asarray(batch, dtype=np.float64)[..., None]
-    kvb = lay.kv_per_token * _kv_token_bytes(setup.model, setup.kv)
+    kvb = lay.kv_per_token * _kv_token_bytes(setup.cache_model, setup.kv)
     held = np.minimum(s, lay.window)
     kv_layer = b * held * kvb
     new_kv = b * kvb
@@ -390,7 +393,7 @@ def _totals(setup: Setup, context: ArrayLike, batch: ArrayLike) -> tuple[float, 
     """Return all weight bytes the step reads and the batch's KV bytes at ``context``."""
     lay = layers(setup.model, setup.weights)
     kv_total = kv.batch_bytes(
-        setup.model,
+        setup.cache_model,
         np.asarray(context, dtype=np.int64),
         np.asarray(batch, dtype=np.int64),
         setup.kv,
@@ -427,7 +430,7 @@ def memory(setup: Setup, context: ArrayLike, batch: ArrayLike = 1) -> Memory:
     weights = resident_weight_bytes(setup.model, setup.weights)
     s = np.asarray(context, dtype=np.float64)[..., None]
     b = np.asarray(batch, dtype=np.float64)[..., None]
-    kvb = lay.kv_per_token * _kv_token_bytes(setup.model, setup.kv)
+    kvb = lay.kv_per_token * _kv_token_bytes(setup.cache_model, setup.kv)
     staged = lay.weight_bytes * p.weights.off + (
         b * np.minimum(s, lay.window) * kvb * p.kv.off if p.attention == "gpu" else 0.0
     )
@@ -448,10 +451,10 @@ def hidden_tokens(setup: Setup, context: ArrayLike, batch: ArrayLike = 1) -> np.
     GPU time: tokens x batch x KV bytes per token and layer / link rate <= GPU time of a layer.
     """
     sysm = setup.system
-    on_gpu = Setup(sysm, setup.model, setup.weights, setup.kv, Placement())
+    on_gpu = replace(setup, placement=Placement())
     gpu = stream_times(on_gpu, context, batch)["gpu"][..., 0]
     rate = effective_link_rate(sysm, "h2d", pinned=setup.placement.pinned)
-    per_token = np.asarray(batch, dtype=np.float64) * _kv_token_bytes(setup.model, setup.kv)
+    per_token = np.asarray(batch, dtype=np.float64) * _kv_token_bytes(setup.cache_model, setup.kv)
     return np.floor(gpu * rate / per_token)
 
 
@@ -522,10 +525,4 @@ def spill(setup: Setup, context: ArrayLike, batch: ArrayLike = 1) -> Setup:
     buffers = 1 if p.overlap == "none" else 2
     on_gpu = np.clip((free - buffers * per_layer) / np.maximum(kv_total, 1.0), 0.0, 1.0)
     split = Split(on_gpu, 1.0 - on_gpu, 0.0)
-    return Setup(
-        setup.system,
-        setup.model,
-        setup.weights,
-        setup.kv,
-        Placement(p.weights, split, p.attention, p.overlap, p.pinned),
-    )
+    return replace(setup, placement=Placement(p.weights, split, p.attention, p.overlap, p.pinned))

@@ -19,10 +19,13 @@ def rows() -> tuple[dict, ...]:
     return tuple(load_mapping(catalog.catalog_dir() / "validation.yaml")["rows"])
 
 
-def scenario_of(row: dict) -> dict:
-    """Return the scenario mapping that reproduces a measured configuration."""
+def scenario_of(row: dict, hardware: dict[str, Any] | None = None) -> dict:
+    """Return the scenario mapping that reproduces a measured configuration.
+
+    ``hardware`` may replace a testbed's catalog id by another profile (an id or a mapping).
+    """
     return {
-        "hardware": row["system"],
+        "hardware": (hardware or {}).get(row["system"], row["system"]),
         "model": row["model"],
         "engine": row["engine"],
         "precision": {"weights": row["precision"], "kv": "fp16"},
@@ -49,12 +52,14 @@ class Result:
         return abs(self.ratio - 1)
 
 
-def run() -> list[Result]:
-    """Predict every measured configuration."""
+def run(hardware: dict[str, Any] | None = None, table: str | None = None) -> list[Result]:
+    """Predict every measured configuration (of one table), optionally on other profiles."""
     out = []
     for row in rows():
+        if table is not None and row["table"] != table:
+            continue
         pred = predict(
-            parse_scenario(scenario_of(row), name=row["id"]), name=row["id"], check=False
+            parse_scenario(scenario_of(row, hardware), name=row["id"]), name=row["id"], check=False
         )
         out.append(Result(row, float(pred.to_json()[row["metric"]])))
     return out

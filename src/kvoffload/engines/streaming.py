@@ -58,7 +58,11 @@ def predict(sc: Scenario) -> Prediction:
         pinned=o.pinned or (zero and o.weights == "disk"),
     )
     fmt = WeightFormat.INT4 if zero and o.quantize_weights else sc.setup.weights
-    pred = predict_setup(sc, decode.Setup(sc.system, sc.model, fmt, sc.setup.kv, placement))
+    # ZeRO's offloaded cache is allocated as 2 x layers x batch x length x hidden (its
+    # model-support.md), so grouped KV heads are stored expanded to one per query head
+    heads = sc.model.n_heads if kv_offload else None
+    setup = decode.Setup(sc.system, sc.model, fmt, sc.setup.kv, placement, kv_heads_stored=heads)
+    pred = predict_setup(sc, setup)
     what = f"weights streamed from {o.weights}" if o.weights != "gpu" else "weights on the GPU"
     extras = (", KV in host memory with CPU attention" if kv_offload else "") + (
         ", 4-bit weights" if fmt is WeightFormat.INT4 else ""
