@@ -253,13 +253,8 @@ def _pipeline(
     disk traffic this is the three-stage pipeline: the first load and the last store are exposed.
     """
     n = len(order)
-    work = (
-        disk_in,
-        link_in,
-        comp,
-        link_out,
-        disk_out,
-    )  # resource r works on layer k - r in stage k
+    # resource r works on layer k - r in stage k
+    work = (disk_in, link_in, comp, link_out, disk_out)
     zero = np.zeros(comp.shape[:-1])
     stages = Counter(
         tuple(order[k - r] if 0 <= k - r < n else -1 for r in range(len(work)))
@@ -282,9 +277,8 @@ def combine(streams: dict[str, np.ndarray], lay: Layers, overlap: str) -> np.nda
         return sum(streams[k] for k in STREAMS) @ cnt
     if overlap == "perfect":
         return np.max(np.stack([streams[k] @ cnt for k in STREAMS]), axis=0)
-    if (
-        overlap == "flexgen"
-    ):  # FlexGen's cost model: the host->GPU load, then the longest of the rest
+    # FlexGen's cost model: the host->GPU load, then the longest of the rest
+    if overlap == "flexgen":
         per = streams["h2d"] + np.maximum.reduce(
             [
                 streams["d2h"],

@@ -497,7 +497,7 @@ def nearest_system(system: Any) -> tuple[str, list[dict[str, Any]]]:
 
     def rates(s: Any) -> dict[str, float]:
         return {
-            "GPU memory": (s.gpu.memory_bandwidth_achievable or s.gpu.memory_bandwidth).value,
+            "GPU memory": s.gpu.streaming_bandwidth,
             "host→GPU link": s.link.h2d_bandwidth.value,
             "host DRAM": s.host.memory_bandwidth.value,
             "storage read": s.storage.read_bandwidth.value,

@@ -73,9 +73,9 @@ def predict(sc: Scenario) -> Prediction:
         placement_json={
             "weights": o.weights,
             "kv_offload": kv_offload,
-            "pinned": o.pinned,
+            "pinned": placement.pinned,
             "overlap": placement.overlap,
             "weights_precision": fmt.value,
         },
-        policy=f"{what} layer by layer ({'prefetched' if zero else 'copied before each layer'}, {'pinned' if o.pinned else 'pageable'}){extras}",
+        policy=f"{what} layer by layer ({'prefetched' if zero else 'copied before each layer'}, {'pinned' if placement.pinned else 'pageable'}){extras}",
     )
