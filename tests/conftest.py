@@ -93,7 +93,7 @@ def copy_book_sources(dest: Path) -> Path:
 @pytest.fixture(scope="session")
 def built_book(tmp_path_factory):
     """Build the book for two profiles in a copy of the sources; return (root, result)."""
-    from kvoffload.site import build_book
+    from kvoffload.build.site import build_book
 
     root = copy_book_sources(tmp_path_factory.mktemp("book"))
     result = build_book(root, BOOK_PROFILES, n_jobs=2, progress=False)

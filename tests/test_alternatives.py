@@ -7,10 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvoffload import alternatives, catalog, decode, kv
-from kvoffload.hardware import load_system
-from kvoffload.models import load_model
-from kvoffload.precision import KvFormat, WeightFormat
+from kvoffload.model import decode, kv
+from kvoffload.spec import catalog
+from kvoffload.spec.hardware import load_system
+from kvoffload.spec.models import load_model
+from kvoffload.spec.precision import KvFormat, WeightFormat
+from kvoffload.studies import alternatives
 
 ARTICLE = load_system("article-reference")
 GH200 = load_system("gh200-nvlink-c2c")
@@ -134,7 +136,7 @@ def test_decision_grid_picks_an_option_that_meets_the_budget_with_least_memory()
 
 
 def test_the_pages_sources_table_lists_every_cited_source_once():
-    from kvoffload import tables
+    from kvoffload.report import tables
 
     ids = alternatives.source_ids()
     table = tables.sources_table([*ids, *ids, "no-such-source"])

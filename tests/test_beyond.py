@@ -7,9 +7,11 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvoffload import beyond, catalog, decode
-from kvoffload.hardware import load_system
-from kvoffload.models import load_model
+from kvoffload.model import decode
+from kvoffload.spec import catalog
+from kvoffload.spec.hardware import load_system
+from kvoffload.spec.models import load_model
+from kvoffload.studies import beyond
 
 ARTICLE = load_system("article-reference")
 GH200 = load_system("gh200-nvlink-c2c")

@@ -10,9 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload.errors import InputError
-from kvoffload.runner import ChapterError, chapters, check_parameters, per_profile
-from kvoffload.site import OFFSITE, build_book, jupyter_book, plan, resolve_profile, run_for_profile
+from kvoffload.build.runner import ChapterError, chapters, check_parameters, per_profile
+from kvoffload.build.site import (
+    OFFSITE,
+    build_book,
+    jupyter_book,
+    plan,
+    resolve_profile,
+    run_for_profile,
+)
+from kvoffload.spec.errors import InputError
 from tests.conftest import BOOK_PROFILES, copy_book_sources
 
 pytestmark = pytest.mark.slow

@@ -12,7 +12,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from kvoffload.runner import chapters, per_profile
+from kvoffload.build.runner import chapters, per_profile
 from tests.conftest import BOOK_PROFILES
 
 pytestmark = pytest.mark.slow

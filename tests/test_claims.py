@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvoffload import catalog
-from kvoffload.claims import FUNCTIONS, VERDICTS, load_claims, sections
+from kvoffload.spec import catalog
+from kvoffload.studies.claims import FUNCTIONS, VERDICTS, load_claims, sections
 
 CLAIMS = load_claims()
 
@@ -53,7 +53,7 @@ def test_a_wrong_number_would_change_the_verdict():
 
 
 def test_numbers_left_out_say_why():
-    from kvoffload.claims import omitted
+    from kvoffload.studies.claims import omitted
 
     assert len(omitted()) >= 3
     for o in omitted():

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from kvoffload.inputs import MAX_FILE_BYTES
+from kvoffload.spec.inputs import MAX_FILE_BYTES
 from tests.test_inputs import BOMB
 
 

@@ -7,9 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvoffload import charts, decode, tables, timeline
-from kvoffload.hardware import load_system
-from kvoffload.models import load_model
+from kvoffload.model import decode, kv, timeline
+from kvoffload.report import charts
+from kvoffload.spec.hardware import load_system
+from kvoffload.spec.models import load_model
 
 ARTICLE = load_system("article-reference")
 A100 = load_system("a100-80gb-sxm-pcie4")
@@ -34,7 +35,7 @@ def test_articles_tpot_table_is_the_link_time_on_its_own_figures(tokens, article
 
 def test_article_per_layer_move_over_pcie():
     # one layer of K+V at 128,000 tokens over 32 GB/s: 16.4 ms (the article's 15.6 ms used 500 MB)
-    per_layer = tables.layer_kv_bytes(LLAMA, 128_000) / 32e9
+    per_layer = kv.full_layer_bytes(LLAMA, 128_000) / 32e9
     assert per_layer * 1e3 == pytest.approx(16.384)
 
 
@@ -158,7 +159,7 @@ def test_bytes_are_conserved_across_tiers(setup, context, batch):
     weights = decode.resident_weight_bytes(setup.model, setup.weights)
     # every tensor is held exactly once, the embedding table included
     assert weights == pytest.approx(setup.model.weight_bytes(setup.weights).total, rel=1e-12)
-    from kvoffload import kv
+    from kvoffload.model import kv
 
     kv_total = float(kv.batch_bytes(setup.model, context, batch, setup.kv))
     assert float(mem.gpu - mem.staging + mem.cpu + mem.disk) == pytest.approx(

@@ -7,10 +7,11 @@ import itertools
 import numpy as np
 import pytest
 
-from kvoffload import decode, validation
 from kvoffload.engines import flexgen, infllm
-from kvoffload.errors import InputError
-from kvoffload.scenario import parse_scenario, predict
+from kvoffload.engines.scenario import parse_scenario, predict
+from kvoffload.model import decode
+from kvoffload.spec.errors import InputError
+from kvoffload.studies import validation
 
 
 def scenario(engine, options=None, **kw):
@@ -157,7 +158,7 @@ def test_flexgen_search_never_loses_to_a_feasible_policy_from_the_table():
         c = flexgen.cost(given, pol, given.options)
         feasible = (
             c.gpu_bytes[0] <= given.system.gpu.memory.value
-            and c.cpu_bytes[0] <= given.system.host.memory.value
+            and c.cpu_bytes[0] <= given.system.host_memory
         )
         searched = parse_scenario(
             {

@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-from kvoffload import catalog
-from kvoffload.figures import Kind
-from kvoffload.hardware import build_part, load_system, system_ids
+from kvoffload.spec import catalog
+from kvoffload.spec.figures import Kind
+from kvoffload.spec.hardware import build_part, load_system, system_ids
 
 GPU_IDS = set(
     [

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvoffload.errors import InputError
-from kvoffload.inputs import MAX_FILE_BYTES, load_mapping, parse_json, parse_yaml
+from kvoffload.spec.errors import InputError
+from kvoffload.spec.inputs import MAX_FILE_BYTES, load_mapping, parse_json, parse_yaml
 
 BOMB = """
 a: &a ["x","x","x","x","x","x","x","x","x"]

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kvoffload import measure
-from kvoffload.hardware import build_system, load_system
-from kvoffload.units import Dim, parse_quantity
+from kvoffload.spec.hardware import build_system, load_system
+from kvoffload.spec.units import Dim, parse_quantity
+from kvoffload.studies import measure
 
 KiB, MiB = 1 << 10, 1 << 20
 TINY = measure.Plan(8 * MiB, 16 * MiB, 0.02, (4 * KiB, 64 * KiB), (1, 4), (64 * KiB,))

@@ -6,9 +6,9 @@ from collections import Counter
 
 import pytest
 
-from kvoffload.errors import InputError
-from kvoffload.models import _gguf_type, from_hf_config, load_model, model_ids
-from kvoffload.precision import GGML_BLOCKS, WeightFormat
+from kvoffload.spec.errors import InputError
+from kvoffload.spec.models import _gguf_type, from_hf_config, load_model, model_ids
+from kvoffload.spec.precision import GGML_BLOCKS, WeightFormat
 
 EXPECTED_IDS = set(
     [

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvoffload import transfer
-from kvoffload.errors import InputError
-from kvoffload.hardware import load_system
+from kvoffload.model import transfer
+from kvoffload.spec.errors import InputError
+from kvoffload.spec.hardware import load_system
 
 PROFILE = {
     "id": "test-box",
@@ -52,12 +52,12 @@ def box():
 def test_article_layer_time_over_pcie(box):
     # 500 MB at 32 GB/s is the article's 15.6 ms; at 25 GB/s achievable it is 20 ms + 10 us.
     assert float(transfer.transfer_time(500e6, 32e9)) == pytest.approx(15.625e-3)
-    assert float(transfer.host_to_gpu_time(box, 500e6)) == pytest.approx(20e-3 + 10e-6)
+    assert float(transfer.link_time(box, 500e6)) == pytest.approx(20e-3 + 10e-6)
 
 
 def test_pageable_is_slower_and_d2h_uses_its_own_rate(box):
-    assert float(transfer.host_to_gpu_time(box, 1e9, pinned=False)) == pytest.approx(0.1 + 1e-5)
-    assert float(transfer.gpu_to_host_time(box, 1e9)) == pytest.approx(0.05 + 1e-5)
+    assert float(transfer.link_time(box, 1e9, pinned=False)) == pytest.approx(0.1 + 1e-5)
+    assert float(transfer.link_time(box, 1e9, "d2h")) == pytest.approx(0.05 + 1e-5)
 
 
 def test_pageable_rate_missing_is_an_error_not_a_guess():
@@ -66,12 +66,12 @@ def test_pageable_rate_missing_is_an_error_not_a_guess():
         "link": {k: v for k, v in PROFILE["link"].items() if k != "pageable_bandwidth"},
     }
     with pytest.raises(InputError, match="pageable"):
-        transfer.host_to_gpu_time(load_system(raw), 1e9, pinned=False)
+        transfer.link_time(load_system(raw), 1e9, pinned=False)
 
 
 def test_latency_dominates_small_transfers(box):
     sizes = np.array([4e3, 64e3, 1e6, 64e6])
-    t = transfer.host_to_gpu_time(box, sizes)
+    t = transfer.link_time(box, sizes)
     effective = sizes / t
     assert effective[0] < 0.02 * 25e9  # 4 kB: almost all latency
     assert effective[-1] > 0.99 * 25e9  # 64 MB: almost all bandwidth
@@ -79,8 +79,8 @@ def test_latency_dominates_small_transfers(box):
 
 
 def test_many_transfers_pay_latency_each(box):
-    one = float(transfer.host_to_gpu_time(box, 32e6, transfers=1))
-    many = float(transfer.host_to_gpu_time(box, 32e6, transfers=32))
+    one = float(transfer.link_time(box, 32e6, transfers=1))
+    many = float(transfer.link_time(box, 32e6, transfers=32))
     assert many - one == pytest.approx(31 * 10e-6)
 
 
@@ -127,8 +127,9 @@ def test_nvme_rate_grows_with_request_size_and_queue_depth(size, qd):
 
 
 def test_tier_read_times(box):
-    assert float(transfer.gpu_read_time(box, 2e9)) == pytest.approx(1e-3)
-    assert float(transfer.host_read_time(box, 90e9)) == pytest.approx(1.0)
+    tier = {t.key: t for t in transfer.tiers(box)}
+    assert float(tier["gpu"].time(2e9, achievable=False)) == pytest.approx(1e-3)
+    assert float(tier["host"].time(90e9)) == pytest.approx(1.0)
     # sequential: one latency, then the sequential rate; random 4 KiB at QD 1: far slower
     assert float(transfer.nvme_read_time(box.storage, 7e9)) == pytest.approx(1.0 + 80e-6)
     slow = float(transfer.nvme_read_time(box.storage, 7e9, request_bytes=4096, queue_depth=1))

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvoffload.units import (
+from kvoffload.spec.units import (
     Dim,
     UnitError,
     format_bandwidth,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from kvoffload import catalog
-from kvoffload.hardware import load_system
-from kvoffload.inputs import load_yaml
-from kvoffload.models import load_model
-from kvoffload.precision import weight_format
+from kvoffload.spec import catalog
+from kvoffload.spec.hardware import load_system
+from kvoffload.spec.inputs import load_yaml
+from kvoffload.spec.models import load_model
+from kvoffload.spec.precision import weight_format
 
 ROWS = load_yaml(catalog.catalog_dir() / "validation.yaml")["rows"]
 

@@ -9,15 +9,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from kvoffload import catalog
-from kvoffload.errors import InputError
-from kvoffload.hardware import load_system, system_ids
-from kvoffload.kv import kv_size
-from kvoffload.models import load_model, model_ids
-from kvoffload.precision import WeightFormat, kv_format
-from kvoffload.runner import ChapterError
-from kvoffload.site import BuildError
-from kvoffload.units import format_bytes
+from kvoffload.build.runner import ChapterError
+from kvoffload.build.site import BuildError
+from kvoffload.model.kv import kv_size
+from kvoffload.spec import catalog
+from kvoffload.spec.errors import InputError
+from kvoffload.spec.hardware import load_system, system_ids
+from kvoffload.spec.models import load_model, model_ids
+from kvoffload.spec.precision import WeightFormat, kv_format
+from kvoffload.spec.units import format_bytes
 
 
 class _Parser(argparse.ArgumentParser):
@@ -85,7 +85,7 @@ def _hardware_validate(args: argparse.Namespace) -> int:
 
 # -- models ---------------------------------------------------------------------------------
 def _model_json(model: Any) -> dict[str, Any]:
-    from kvoffload.kv import bytes_per_token
+    from kvoffload.model.kv import bytes_per_token
 
     out = {
         "id": model.id,
@@ -198,7 +198,7 @@ def _kv(args: argparse.Namespace) -> int:
 
 # -- predict ----------------------------------------------------------------------------------------
 def _predict(args: argparse.Namespace) -> int:
-    from kvoffload.scenario import load_scenario, predict
+    from kvoffload.engines.scenario import load_scenario, predict
 
     result = predict(load_scenario(args.scenario), name=args.scenario)
     out = result.to_json()
@@ -232,7 +232,7 @@ def _predict(args: argparse.Namespace) -> int:
 
 # -- validate -----------------------------------------------------------------------------------------
 def _validate(args: argparse.Namespace) -> int:
-    from kvoffload import validation
+    from kvoffload.studies import validation
 
     results = validation.run()
     summary = validation.summary(results)
@@ -269,8 +269,8 @@ def _measure(args: argparse.Namespace) -> int:
     import yaml
     from tqdm import tqdm
 
-    from kvoffload import measure
-    from kvoffload.hardware import build_system
+    from kvoffload.spec.hardware import build_system
+    from kvoffload.studies import measure
 
     if args.base not in catalog.systems():
         raise InputError(f"unknown system id {args.base!r}", field="--base")
@@ -319,8 +319,8 @@ def _jobs(text: str) -> int:
 
 
 def _book(args: argparse.Namespace) -> int:
-    from kvoffload.runner import find_root
-    from kvoffload.site import build_book
+    from kvoffload.build.runner import find_root
+    from kvoffload.build.site import build_book
 
     root = find_root()
     profiles = [p.strip() for p in args.profiles.split(",") if p.strip()] if args.profiles else None
@@ -335,8 +335,8 @@ def _book(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from kvoffload.runner import find_root
-    from kvoffload.site import run_for_profile
+    from kvoffload.build.runner import find_root
+    from kvoffload.build.site import run_for_profile
 
     result = run_for_profile(
         find_root(),

@@ -10,7 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kvoffload.site import build_book, run_for_profile
+from kvoffload.build.site import build_book, run_for_profile
 from tests.conftest import copy_book_sources
 
 PROFILE = """id: bench-box

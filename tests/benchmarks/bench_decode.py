@@ -9,9 +9,9 @@ import time
 
 import numpy as np
 
-from kvoffload import decode
-from kvoffload.hardware import load_system
-from kvoffload.models import load_model
+from kvoffload.model import decode
+from kvoffload.spec.hardware import load_system
+from kvoffload.spec.models import load_model
 
 
 def main() -> None:

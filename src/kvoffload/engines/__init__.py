@@ -1,57 +1,6 @@
 """Engines: what each system keeps where and moves per step, as placements and rules on the step model.
 
 Each engine module has an ``Options`` model (the scenario's ``options:``, validated) and a
-``predict(scenario) -> Prediction``. ``generic`` is the step model with the scenario's own placement.
+``predict(scenario) -> Prediction``; ``registry`` maps engine names to them and ``scenario`` reads
+scenario files. ``generic`` is the step model with the scenario's own placement.
 """
-
-from __future__ import annotations
-
-from types import ModuleType
-from typing import Any
-
-from pydantic import BaseModel, ValidationError
-
-from kvoffload.errors import InputError
-
-
-def _modules() -> dict[str, ModuleType]:
-    from kvoffload.engines import flexgen, infllm, llamacpp, streaming, vllm
-
-    return {
-        "llamacpp": llamacpp,
-        "vllm": vllm,
-        "flexgen": flexgen,
-        "zero-inference": streaming,
-        "hf-accelerate": streaming,
-        "infllm": infllm,
-    }
-
-
-def options_model(engine: str) -> type[BaseModel] | None:
-    """Return the options schema of an engine (None for generic, which takes none)."""
-    if engine == "generic":
-        return None
-    module = _modules()[engine]
-    return module.options_for(engine) if hasattr(module, "options_for") else module.Options
-
-
-def validate_options(engine: str, raw: dict) -> Any:
-    """Validate a scenario's ``options:`` for its engine; one-line errors naming the field."""
-    schema = options_model(engine)
-    if schema is None:
-        if raw:
-            raise InputError(f"engine {engine!r} takes no options")
-        return None
-    try:
-        return schema.model_validate(raw or {})
-    except ValidationError as exc:
-        err = next((e for e in exc.errors() if e["type"] == "extra_forbidden"), exc.errors()[0])
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = f"unknown option for {engine}; options: {', '.join(schema.model_fields)}"
-        raise InputError(msg, field=".".join(str(p) for p in err["loc"])) from None
-
-
-def run_engine(sc: Any) -> Any:
-    """Return an engine's prediction for a scenario."""
-    return _modules()[sc.engine].predict(sc)

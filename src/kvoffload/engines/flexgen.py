@@ -17,9 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from kvoffload import decode, kv
-from kvoffload.scenario import Prediction, Scenario
-from kvoffload.transfer import effective_link_rate
+from kvoffload.model import decode, kv
+from kvoffload.model.prediction import Prediction, Resolved, Scenario
 
 COMPRESSED = (4 + 2 * 16 / 64) / 16  # 4-bit values plus an fp16 scale and minimum per group of 64
 # HBM bytes FlexGen's TorchCompressedDevice.decompress moves per fp16 byte it produces, counted op
@@ -108,13 +107,12 @@ def cost(sc: Scenario, pol: Policies, o: Options) -> Costs:
     hb = 2.0 * model.hidden * bls  # one token's hidden state per request, fp16
     # a compressed cache is allocated unpinned ("disable pin_memory due to high memory overhead",
     # TorchCompressedDevice.init_cache_one_gpu_batch), so its copies run at the pageable rate
-    h2d = effective_link_rate(system, "h2d", pinned=not o.compress_cache)
-    w_in = effective_link_rate(system, "h2d", pinned=o.pin_weight)
-    d2h = effective_link_rate(system, "d2h", pinned=True)
+    h2d = system.copy_rate("h2d", pinned=not o.compress_cache)
+    w_in = system.copy_rate("h2d", pinned=o.pin_weight)
+    d2h = system.copy_rate("d2h", pinned=True)
     dr, dw = system.storage.read_bandwidth.value, system.storage.write_bandwidth.value
     hbm, att_bw = system.gpu.streaming_bandwidth, system.gpu.attention_rate
-    eff = system.gpu.compute_efficiency.value if system.gpu.compute_efficiency else 1.0
-    peak = system.gpu.flops_bf16.value * eff
+    peak = system.compute_rate
     host_bw, host_flops = system.host.memory_bandwidth.value, system.host.flops.value
     dense, attn = lay.dense_flops[None, :], lay.attn_flops[None, :]
     # FlexGen decompresses a layer's weights inside mha_gen/mlp, i.e. once per GPU batch, and the
@@ -212,9 +210,7 @@ def search(sc: Scenario) -> tuple[Policies, Costs, int]:
         hg=np.ones(len(grid)), hc=np.zeros(len(grid)), gbs=arr(lambda g: g[0]), nb=arr(lambda g: g[1]), cpu_att=arr(lambda g: g[4]),
     )  # fmt: skip
     costs = cost(sc, pol, sc.options)
-    fits = (costs.gpu_bytes <= sc.system.gpu.memory.value * sc.system.gpu.count) & (
-        costs.cpu_bytes <= sc.system.host.memory.value
-    )
+    fits = (costs.gpu_bytes <= sc.system.gpu_memory) & (costs.cpu_bytes <= sc.system.host_memory)
     if sc.system.storage.capacity is not None:
         fits &= costs.disk_bytes <= sc.system.storage.capacity.value
     if not fits.any():
@@ -238,7 +234,7 @@ def predict(sc: Scenario) -> Prediction:
     if searched:
         pol, costs, i = search(sc)
         if i < 0:
-            from kvoffload.errors import InputError
+            from kvoffload.spec.errors import InputError
 
             raise InputError(
                 "FlexGen's policy search found no policy that fits GPU, host memory and disk",
@@ -255,24 +251,27 @@ def predict(sc: Scenario) -> Prediction:
         disk=np.asarray(costs.disk_bytes[i]),
         staging=np.asarray(0.0),
     )
-    placement = {
-        "weights": {
-            "gpu": float(pol.wg[i]),
-            "cpu": float(pol.wc[i]),
-            "disk": float(1 - pol.wg[i] - pol.wc[i]),
-        },
-        "kv": {
-            "gpu": float(pol.cg[i]),
-            "cpu": float(pol.cc[i]),
-            "disk": float(1 - pol.cg[i] - pol.cc[i]),
+    o = sc.options
+    resolved = Resolved(
+        weights=decode.Split(float(pol.wg[i]), float(pol.wc[i]), float(1 - pol.wg[i] - pol.wc[i])),
+        kv=decode.Split(float(pol.cg[i]), float(pol.cc[i]), float(1 - pol.cg[i] - pol.cc[i])),
+        attention="cpu" if pol.cpu_att[i] else "gpu",
+        overlap="flexgen" if o.overlap else "none",
+        pinned=o.pin_weight,
+        weights_format=sc.setup.weights,
+        kv_format=sc.setup.kv,
+    )
+    settings = {
+        "activations": {
+            "gpu": float(pol.hg[i]),
+            "cpu": float(pol.hc[i]),
+            "disk": float(1 - pol.hg[i] - pol.hc[i]),
         },
         "gpu_batch_size": int(pol.gbs[i]),
         "num_gpu_batches": int(pol.nb[i]),
         "effective_batch": int(batch),
-        "attention": "cpu" if pol.cpu_att[i] else "gpu",
         "compress_weight": sc.options.compress_weight,
         "compress_cache": sc.options.compress_cache,
-        "overlap": sc.options.overlap,
         "searched": searched,
     }
     from dataclasses import replace
@@ -285,7 +284,8 @@ def predict(sc: Scenario) -> Prediction:
         streams_s={k: float(v[i]) for k, v in costs.streams.items()},
         memory=mem,
         by_overlap_s={},
-        placement_json=placement,
+        resolved=resolved,
+        settings=settings,
         policy=("searched: " if searched else "")
         + _describe(pol, i)
         + f" ({float(costs.throughput[i]):.3g} tokens/s)",

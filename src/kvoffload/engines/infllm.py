@@ -10,8 +10,8 @@ from dataclasses import replace
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from kvoffload import decode, kv
-from kvoffload.scenario import Prediction, Scenario, predict_setup
+from kvoffload.model import decode, kv
+from kvoffload.model.prediction import Prediction, Scenario, predict_setup
 
 
 class Options(BaseModel):
@@ -68,7 +68,6 @@ def predict(sc: Scenario) -> Prediction:
         scenario=sc,
         memory=mem,
         by_overlap_s={},
-        placement_json=o.model_dump()
-        | {"attended_tokens": attended, "moved_tokens_per_layer": moved},
+        settings=o.model_dump() | {"attended_tokens": attended, "moved_tokens_per_layer": moved},
         policy=f"attends over {attended:,} tokens, moves {moved:,} tokens per layer and step ({o.topk} blocks of {o.block_size}, {o.hit_rate:.0%} cache hits)",
     )

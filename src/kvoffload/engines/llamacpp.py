@@ -27,21 +27,25 @@ from functools import cache
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from kvoffload import decode, kv
-from kvoffload.scenario import Prediction, Scenario, parse_scenario
-from kvoffload.transfer import effective_link_rate
-
-# PR #6766 (ggml-org/llama.cpp), LLaMA 2 7B Q4_0, ./main text generation on master, RTX 4090
-PR6766_TOKENS_PER_S = 138.31
-# PR #7526, LLaMA 7B Q4_0 tg128 on an RTX 3060 Laptop GPU (threadpool build): KV on GPU / -nkvo
-PR7526_TOKENS_PER_S = {"kv_on_gpu": 66.24, "no_kv_offload": 45.91}
-PR7526_LAYERS = 32  # LLaMA 7B's repeating layers; each hands attention to the CPU and back
+from kvoffload.model import decode, kv
+from kvoffload.model.prediction import Prediction, Resolved, Scenario
+from kvoffload.spec import catalog
 
 
-def split_sync_s_from_source() -> float:
-    """Return the seconds one CPU<->GPU hand-over costs, from PR #7526's two runs."""
-    extra = 1 / PR7526_TOKENS_PER_S["no_kv_offload"] - 1 / PR7526_TOKENS_PER_S["kv_on_gpu"]
-    return extra / (2 * PR7526_LAYERS)
+@cache
+def constants() -> dict:
+    """Return llama.cpp's engine constants with their sources (catalog/engine_constants.yaml)."""
+    return catalog.load("engine_constants")["llamacpp"]
+
+
+def gpu_share_default() -> float:
+    """Return the share of streaming bandwidth llama.cpp's decode kernels reach (PR #6766)."""
+    return float(constants()["gpu_share"]["value"])
+
+
+def split_sync_s_default() -> float:
+    """Return the seconds one CPU<->GPU hand-over costs (PR #7526)."""
+    return float(constants()["split_sync_us"]["value"]) * 1e-6
 
 
 class Options(BaseModel):
@@ -50,7 +54,7 @@ class Options(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     n_gpu_layers: int | None = Field(None, ge=0, le=100_000, strict=True)  # default: everything
     no_kv_offload: bool = Field(False, strict=True)
-    gpu_share: float | None = Field(None, gt=0, le=1)  # default: gpu_share_from_source()
+    gpu_share: float | None = Field(None, gt=0, le=1)  # default: catalog/engine_constants.yaml
     split_sync_us: float | None = Field(None, ge=0, le=100_000)  # default: from PR #7526
 
 
@@ -65,8 +69,8 @@ def placement(sc: Scenario) -> tuple[int, np.ndarray]:
 
 def _constants(sc: Scenario) -> tuple[float, float]:
     o = sc.options
-    share = o.gpu_share if o.gpu_share is not None else gpu_share_from_source()
-    sync = o.split_sync_us * 1e-6 if o.split_sync_us is not None else split_sync_s_from_source()
+    share = o.gpu_share if o.gpu_share is not None else gpu_share_default()
+    sync = o.split_sync_us * 1e-6 if o.split_sync_us is not None else split_sync_s_default()
     return share, sync
 
 
@@ -108,42 +112,26 @@ def step_parts(sc: Scenario, context: np.ndarray, batch: float) -> dict[str, np.
     crossings = 0.0
     if on_gpu.any():  # the hidden state enters the GPU where the CPU part (or the lookup) ends
         hidden = batch * model.hidden * 2
-        crossings = hidden / effective_link_rate(system, "h2d") + system.link.latency.value + sync
+        crossings = hidden / system.copy_rate("h2d") + system.link.latency.value + sync
     if on_gpu[-1]:  # logits come back to the host for sampling
         crossings += (
-            batch * model.vocab * 4 / effective_link_rate(system, "d2h")
-            + system.link.latency.value
-            + sync
+            batch * model.vocab * 4 / system.copy_rate("d2h") + system.link.latency.value + sync
         )
     if nkvo:  # every GPU layer hands its attention to the CPU and takes the result back
         crossings += 2 * sync * float(gpu_count[lay.attn_flops > 0].sum())
     return {"gpu": gpu, "cpu": cpu_layers + attn_cpu, "link": link + crossings}
 
 
-@cache
-def gpu_share_from_source() -> float:
-    """Return the share of streaming bandwidth llama.cpp's decode reached in PR #6766 (RTX 4090)."""
-    ref = parse_scenario(
-        {
-            "hardware": "rtx-4090-desktop",
-            "model": "llama-2-7b",
-            "engine": "llamacpp",
-            "precision": {"weights": "q4_0", "kv": "fp16"},
-            "workload": {"batch": 1, "prompt": 1, "generate": 128},
-            "options": {"gpu_share": 1.0},
-        },
-        name="llama.cpp PR #6766 reference",
-    )
-    parts = step_parts(ref, ref.prompt + decode._samples(ref.generate), 1)
-    ideal_gpu = float(np.mean(parts["gpu"]))
-    rest = float(np.mean(parts["cpu"] + parts["link"]))
-    return ideal_gpu / (1 / PR6766_TOKENS_PER_S - rest)
+def _shares(on_gpu: float, on_cpu: float) -> decode.Split:
+    """Return the shares of bytes held on the GPU and in host memory."""
+    total = on_gpu + on_cpu
+    return decode.Split(on_gpu / total, on_cpu / total, 0.0) if total else decode.Split()
 
 
 def predict(sc: Scenario) -> Prediction:
     """Return llama.cpp's time per token, prefill and memory for the scenario."""
     system, model = sc.system, sc.model
-    t = decode._samples(sc.generate)
+    t = decode.samples(sc.generate)
     parts = step_parts(sc, sc.prompt + t, sc.batch)
     step = parts["gpu"] + parts["cpu"] + parts["link"]  # llama.cpp runs the graph in order
     ngl, on_gpu = placement(sc)
@@ -158,9 +146,7 @@ def predict(sc: Scenario) -> Prediction:
     kv_cpu = float(kv_layers.sum()) - kv_gpu
     # prefill: batches of 32+ tokens copy the CPU layers' weights to the GPU and run there
     on_gpu_setup = decode.Setup(system, model, sc.setup.weights, sc.setup.kv)
-    ttft = float(decode.ttft(on_gpu_setup, sc.prompt, sc.batch)) + w_cpu / effective_link_rate(
-        system, "h2d"
-    )
+    ttft = float(decode.ttft(on_gpu_setup, sc.prompt, sc.batch)) + w_cpu / system.copy_rate("h2d")
     mem = decode.Memory(
         gpu=np.asarray(w_gpu + kv_gpu),
         cpu=np.asarray(w_cpu + kv_cpu),
@@ -194,11 +180,19 @@ def predict(sc: Scenario) -> Prediction:
         },
         memory=mem,
         by_overlap_s={},
-        placement_json={
+        resolved=Resolved(
+            weights=_shares(w_gpu, w_cpu),
+            kv=_shares(kv_gpu, kv_cpu),
+            attention="cpu" if sc.options.no_kv_offload else "gpu",
+            overlap="none",  # llama.cpp runs the graph's nodes in order
+            pinned=True,
+            weights_format=sc.setup.weights,
+            kv_format=sc.setup.kv,
+        ),
+        settings={
             "n_gpu_layers": ngl,
             "gpu_layers_from": first,
             "no_kv_offload": sc.options.no_kv_offload,
-            "weights_precision": sc.setup.weights.value,
         },
         policy=f"-ngl {ngl}: {where}; {kv_where}",
     )

@@ -12,9 +12,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kvoffload import decode
-from kvoffload.precision import WeightFormat
-from kvoffload.scenario import Prediction, Scenario, predict_setup
+from kvoffload.model import decode
+from kvoffload.model.prediction import Prediction, Scenario, predict_setup
+from kvoffload.spec.precision import WeightFormat
 
 
 class ZeroOptions(BaseModel):
@@ -70,12 +70,6 @@ def predict(sc: Scenario) -> Prediction:
     return replace(
         pred,
         by_overlap_s={},
-        placement_json={
-            "weights": o.weights,
-            "kv_offload": kv_offload,
-            "pinned": placement.pinned,
-            "overlap": placement.overlap,
-            "weights_precision": fmt.value,
-        },
+        settings={"weights": o.weights, "kv_offload": kv_offload},
         policy=f"{what} layer by layer ({'prefetched' if zero else 'copied before each layer'}, {'pinned' if placement.pinned else 'pageable'}){extras}",
     )

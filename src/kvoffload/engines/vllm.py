@@ -8,9 +8,8 @@ from dataclasses import replace
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kvoffload import decode, kv
-from kvoffload.scenario import Prediction, Scenario, predict_setup
-from kvoffload.transfer import effective_link_rate
+from kvoffload.model import decode, kv
+from kvoffload.model.prediction import Prediction, Scenario, predict_setup
 
 GiB = 2**30
 
@@ -43,7 +42,7 @@ def predict(sc: Scenario) -> Prediction:
     prompt_kv = float(kv.batch_bytes(sc.model, sc.prompt, sc.batch, sc.setup.kv))
     stored = min(1.0, o.kv_offloading_size * GiB / prompt_kv) if prompt_kv else 0.0
     hit = o.prefix_hit_rate * stored
-    reload = hit * prompt_kv / effective_link_rate(sc.system, "h2d")
+    reload = hit * prompt_kv / sc.system.copy_rate("h2d")
     ttft = (1 - hit) * pred.ttft_s + reload
     mem = decode.Memory(
         gpu=pred.memory.gpu,
@@ -56,7 +55,7 @@ def predict(sc: Scenario) -> Prediction:
         ttft_s=ttft,
         memory=mem,
         by_overlap_s={},
-        placement_json={
+        settings={
             "cpu_offload_gb": o.cpu_offload_gb,
             "weights_on_host_share": off,
             "kv_offloading_size": o.kv_offloading_size,

@@ -14,9 +14,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from kvoffload.errors import InputError
+from kvoffload.spec.errors import InputError
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the whole kvoffload package
 CACHE_META = "kvoffload"
 
 

@@ -15,10 +15,7 @@ from pathlib import Path
 
 import nbformat
 
-from kvoffload import catalog
-from kvoffload.errors import InputError
-from kvoffload.hardware import System, load_system, system_ids
-from kvoffload.runner import (
+from kvoffload.build.runner import (
     Chapter,
     ChapterError,
     Job,
@@ -30,6 +27,9 @@ from kvoffload.runner import (
     per_profile,
     run_jobs,
 )
+from kvoffload.spec import catalog
+from kvoffload.spec.errors import InputError
+from kvoffload.spec.hardware import System, load_system, system_ids
 
 REFERENCE = "article-reference"
 SECOND = "a100-80gb-sxm-pcie4"  # the article's machine with real figures: listed first after it
@@ -402,12 +402,12 @@ def run_for_profile(
     progress: bool = True,
 ) -> RunResult:
     """Execute chapters for one profile into ``out`` and build offline standalone pages there."""
-    from kvoffload.runner import select
+    from kvoffload.build.runner import select
 
     profile = resolve_profile(hardware)
     chosen = select(chapters(root), chapter_keys)
     if model is not None:
-        from kvoffload.models import load_model
+        from kvoffload.spec.models import load_model
 
         load_model(model)  # refuse an unknown model before starting kernels
         model = str(Path(model).resolve()) if Path(model).exists() else model

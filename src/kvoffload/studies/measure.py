@@ -20,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from kvoffload import __version__, catalog
-from kvoffload.units import format_bandwidth, format_bytes
+from kvoffload import __version__
+from kvoffload.spec import catalog
+from kvoffload.spec.units import format_bandwidth, format_bytes
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
@@ -493,7 +494,7 @@ def summarise(report: Report) -> list[str]:
 
 def nearest_system(system: Any) -> tuple[str, list[dict[str, Any]]]:
     """Return the catalog system closest to ``system`` (log distance over the tiers' rates)."""
-    from kvoffload.hardware import load_system
+    from kvoffload.spec.hardware import load_system
 
     def rates(s: Any) -> dict[str, float]:
         return {

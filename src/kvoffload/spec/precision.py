@@ -6,7 +6,7 @@ import math
 from enum import StrEnum
 from typing import Any
 
-from kvoffload.errors import InputError
+from kvoffload.spec.errors import InputError
 
 
 class WeightFormat(StrEnum):

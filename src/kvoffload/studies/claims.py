@@ -10,12 +10,12 @@ from typing import Any
 
 import numpy as np
 
-from kvoffload import catalog, decode, kv, tables, transfer
-from kvoffload.hardware import build_part, load_system
-from kvoffload.inputs import load_mapping
-from kvoffload.models import load_model
-from kvoffload.precision import kv_format, weight_format
-from kvoffload.units import Dim, UnitError, format_quantity, parse_quantity
+from kvoffload.model import decode, kv, transfer
+from kvoffload.spec import catalog
+from kvoffload.spec.hardware import build_part, load_system
+from kvoffload.spec.models import load_model
+from kvoffload.spec.precision import kv_format, weight_format
+from kvoffload.spec.units import Dim, UnitError, format_quantity, parse_quantity
 
 VERDICTS = ("holds", "imprecise", "wrong", "not verifiable")
 DEFAULT_TOLERANCE = 0.05  # within this relative error a claim holds
@@ -24,7 +24,7 @@ DEFAULT_WRONG_ABOVE = 0.25  # beyond this it is wrong; in between, imprecise
 
 # -- recomputations: each returns one number in base units (s, B, B/s) or a plain ratio ---------
 def _offloaded(system: str, model: str) -> decode.Setup:
-    return tables.offloaded(load_system(system), load_model(model))
+    return decode.offloaded(load_system(system), load_model(model))
 
 
 def part_figure(kind: str, ident: str, field: str) -> float:
@@ -41,7 +41,7 @@ def system_figure(system: str, path: str) -> float:
 
 def layer_kv_bytes(model: str, tokens: int, half: bool = False) -> float:
     """Return one layer's K+V bytes at ``tokens`` (or K alone with ``half``)."""
-    b = tables.layer_kv_bytes(load_model(model), tokens)
+    b = kv.full_layer_bytes(load_model(model), tokens)
     return b / 2 if half else float(b)
 
 
@@ -172,7 +172,7 @@ def tpot(
 ) -> float:
     """Return the decode step (s) with all KV in host memory (or on the GPU)."""
     s, m = load_system(system), load_model(model)
-    st = decode.Setup(s, m) if kv_on_gpu else tables.offloaded(s, m, overlap)
+    st = decode.Setup(s, m) if kv_on_gpu else decode.offloaded(s, m, overlap)
     return float(decode.step(st, tokens, batch, overlap).total)
 
 
@@ -319,14 +319,14 @@ class Claim:
 @cache
 def load_claims() -> tuple[Claim, ...]:
     """Return the article's claims from catalog/claims.yaml."""
-    raw = load_mapping(catalog.catalog_dir() / "claims.yaml")
+    raw = catalog.load("claims")
     return tuple(Claim(**c) for c in raw["claims"])
 
 
 @cache
 def omitted() -> tuple[dict, ...]:
     """Return the article's numbers that are not claims, each with the reason it is left out."""
-    raw = load_mapping(catalog.catalog_dir() / "claims.yaml")
+    raw = catalog.load("claims")
     return tuple(raw.get("omitted", []))
 
 

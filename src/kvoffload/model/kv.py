@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from kvoffload.models import Model
-from kvoffload.precision import KvFormat, kv_vector_bytes
+from kvoffload.spec.models import Model
+from kvoffload.spec.precision import KvFormat, kv_vector_bytes
 
 _FULL = np.iinfo(np.int64).max // 4  # stands for "no window" in integer arithmetic
 
@@ -33,6 +33,11 @@ def layer_bytes(model: Model, seq: ArrayLike, fmt: KvFormat = KvFormat.BF16) -> 
     s = np.asarray(seq, dtype=np.int64)[..., None]
     held = np.minimum(s, _window_caps(model))  # a sliding-window layer holds at most its window
     return held * bytes_per_token_per_layer(model, fmt)
+
+
+def full_layer_bytes(model: Model, tokens: int, fmt: KvFormat = KvFormat.BF16) -> int:
+    """Return the K+V bytes of one full-attention layer for one request at ``tokens``."""
+    return int(layer_bytes(model, tokens, fmt).max())
 
 
 def request_bytes(model: Model, seq: ArrayLike, fmt: KvFormat = KvFormat.BF16) -> np.ndarray:

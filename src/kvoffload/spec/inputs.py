@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from kvoffload.errors import InputError
+from kvoffload.spec.errors import InputError
 
 MAX_FILE_BYTES = 1 << 20  # a profile, scenario or config.json is a few kB
 MAX_DEPTH = 32

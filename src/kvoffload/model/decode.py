@@ -16,11 +16,11 @@ from functools import cache
 import numpy as np
 from numpy.typing import ArrayLike
 
-from kvoffload import kv
-from kvoffload.hardware import System
-from kvoffload.models import Model
-from kvoffload.precision import KvFormat, WeightFormat
-from kvoffload.transfer import effective_link_rate
+from kvoffload.model import kv
+from kvoffload.model.transfer import link_time
+from kvoffload.spec.hardware import System
+from kvoffload.spec.models import Model
+from kvoffload.spec.precision import KvFormat, WeightFormat
 
 OVERLAP_MODES = ("none", "perfect", "pipeline", "flexgen")
 STREAMS = ("gpu", "cpu", "h2d", "d2h", "disk_read", "disk_write")
@@ -88,6 +88,11 @@ class Setup:
         """Return the same setup with another overlap mode."""
         p = self.placement
         return replace(self, placement=Placement(p.weights, p.kv, p.attention, overlap, p.pinned))
+
+
+def offloaded(system: System, model: Model, overlap: str = "none") -> Setup:
+    """Return the setup with every KV byte in host memory and attention on the GPU (the article's case)."""
+    return Setup(system, model, placement=Placement(kv=Split(0, 1, 0), overlap=overlap))
 
 
 @dataclass(frozen=True)
@@ -190,8 +195,7 @@ def stream_times(setup: Setup, context: ArrayLike, batch: ArrayLike) -> dict[str
     active = np.minimum(1.0, b * k / n)
     w_read = lay.weight_bytes - lay.expert_bytes + lay.expert_bytes * active
     hbm, att_bw = sysm.gpu.streaming_bandwidth, sysm.gpu.attention_rate
-    eff = sysm.gpu.compute_efficiency.value if sysm.gpu.compute_efficiency else 1.0
-    peak = sysm.gpu.flops_bf16.value * eff
+    peak = sysm.compute_rate
     kv_on_gpu_share = 1.0 if gpu_attends else c.gpu
     gpu_flops = b * lay.dense_flops + b * lay.attn_flops * held * kv_on_gpu_share
     gpu = np.maximum(w_read / hbm + kv_layer * kv_on_gpu_share / att_bw, gpu_flops / peak)
@@ -205,9 +209,6 @@ def stream_times(setup: Setup, context: ArrayLike, batch: ArrayLike) -> dict[str
             kv_layer * c.off / host_bw, b * lay.attn_flops * held * c.off / sysm.host.flops.value
         )
 
-    lat = sysm.link.latency.value
-    rate_in = effective_link_rate(sysm, "h2d", pinned=p.pinned)
-    rate_out = effective_link_rate(sysm, "d2h", pinned=p.pinned)
     w_moved = lay.weight_bytes * w.off
     kv_in = kv_layer * c.off if gpu_attends else zero
     cpu_attends = (not gpu_attends) and bool(np.any(np.asarray(c.off) > 0))
@@ -220,8 +221,8 @@ def stream_times(setup: Setup, context: ArrayLike, batch: ArrayLike) -> dict[str
     d2h_bytes = new_kv * c.off + qo
     n_in = (w_moved > 0) + (kv_in > 0) + (qo > 0)
     n_out = ((new_kv * c.off) > 0) + (qo > 0)
-    h2d = h2d_bytes / rate_in + n_in * lat
-    d2h = d2h_bytes / rate_out + n_out * lat
+    h2d = link_time(sysm, h2d_bytes, "h2d", transfers=n_in, pinned=p.pinned)
+    d2h = link_time(sysm, d2h_bytes, "d2h", transfers=n_out, pinned=p.pinned)
 
     st = sysm.storage
     read_bytes = lay.weight_bytes * w.disk + kv_layer * c.disk
@@ -324,7 +325,8 @@ def step(
     return Step(total, {k: v @ lay.count for k, v in per.items()})
 
 
-def _samples(generate: int, most: int = 16) -> np.ndarray:
+def samples(generate: int, most: int = 16) -> np.ndarray:
+    """Return the generated-token offsets evaluated for a mean step: all up to ``most``, else evenly spaced."""
     if generate <= most:
         return np.arange(generate, dtype=np.float64)
     return np.linspace(0, generate - 1, most)
@@ -341,7 +343,7 @@ def tpot(
 
     Up to 16 steps are evaluated exactly; longer generations average 16 evenly spaced steps.
     """
-    t = _samples(int(generate))
+    t = samples(int(generate))
     ctx = np.asarray(prompt, dtype=np.float64)[..., None] + t
     b = np.asarray(batch, dtype=np.float64)[..., None]
     return step(setup, ctx, b, overlap).total.mean(axis=-1)
@@ -363,14 +365,13 @@ def prefill_flops(model: Model, prompt: ArrayLike, batch: ArrayLike = 1) -> np.n
 def ttft(setup: Setup, prompt: ArrayLike, batch: ArrayLike = 1) -> np.ndarray:
     """Return the prefill time (s): compute-bound matmuls and attention, weights streamed once."""
     sysm, p = setup.system, setup.placement
-    eff = sysm.gpu.compute_efficiency.value if sysm.gpu.compute_efficiency else 1.0
     hbm = sysm.gpu.streaming_bandwidth
     weights, kv_total = _totals(setup, prompt, batch)
     compute = np.maximum(
-        prefill_flops(setup.model, prompt, batch) / (sysm.gpu.flops_bf16.value * eff), weights / hbm
+        prefill_flops(setup.model, prompt, batch) / sysm.compute_rate, weights / hbm
     )
-    rate_in = effective_link_rate(sysm, "h2d", pinned=p.pinned)
-    rate_out = effective_link_rate(sysm, "d2h", pinned=p.pinned)
+    rate_in = sysm.copy_rate("h2d", pinned=p.pinned)
+    rate_out = sysm.copy_rate("d2h", pinned=p.pinned)
     w_in = (
         weights * p.weights.off / rate_in
         + weights * p.weights.disk / sysm.storage.read_bandwidth.value
@@ -447,7 +448,7 @@ def hidden_tokens(setup: Setup, context: ArrayLike, batch: ArrayLike = 1) -> np.
     sysm = setup.system
     on_gpu = replace(setup, placement=Placement())
     gpu = stream_times(on_gpu, context, batch)["gpu"][..., 0]
-    rate = effective_link_rate(sysm, "h2d", pinned=setup.placement.pinned)
+    rate = sysm.copy_rate("h2d", pinned=setup.placement.pinned)
     per_token = np.asarray(batch, dtype=np.float64) * _kv_token_bytes(setup.cache_model, setup.kv)
     return np.floor(gpu * rate / per_token)
 
@@ -485,9 +486,7 @@ def max_batch(
 
     def ok(b: np.ndarray) -> np.ndarray:
         mem = memory(setup, ctx.astype(np.int64), b.astype(np.int64))
-        fits = (mem.gpu <= sysm.gpu.memory.value * sysm.gpu.count) & (
-            mem.cpu <= sysm.host.memory.value
-        )
+        fits = (mem.gpu <= sysm.gpu_memory) & (mem.cpu <= sysm.host_memory)
         return (b >= 1) & fits & (step(setup, ctx, np.maximum(b, 1)).total <= budget)
 
     return _bisect(ok, ctx.shape, limit)
@@ -513,7 +512,7 @@ def spill(setup: Setup, context: ArrayLike, batch: ArrayLike = 1) -> Setup:
     p = setup.placement
     _, kv_total = _totals(setup, context, batch)
     weights = resident_weight_bytes(setup.model, setup.weights) * p.weights.gpu
-    free = setup.system.gpu.memory.value * setup.system.gpu.count - weights
+    free = setup.system.gpu_memory - weights
     # the streamed layer needs a staging buffer as large as one layer's share of the cache
     per_layer = kv_total / max(setup.model.n_layers, 1)
     buffers = 1 if p.overlap == "none" else 2

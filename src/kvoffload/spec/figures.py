@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 from pydantic import PlainValidator
 
-from kvoffload.units import BASE_UNIT, Dim, UnitError, format_quantity, parse_quantity
+from kvoffload.spec.units import BASE_UNIT, Dim, UnitError, format_quantity, parse_quantity
 
 
 class Kind(StrEnum):

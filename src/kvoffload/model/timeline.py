@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from kvoffload.decode import STREAMS, Setup, layers, stream_times
+from kvoffload.model.decode import STREAMS, Setup, layers, stream_times
 
 # A layer's work as chains of segments on resources: a load is a disk read then a host→GPU copy,
 # a compute is CPU attention then the GPU's work, a store is a GPU→host copy then a disk write.

@@ -8,15 +8,14 @@ from typing import Any
 
 import numpy as np
 
-from kvoffload import catalog
-from kvoffload.inputs import load_mapping
-from kvoffload.scenario import parse_scenario, predict
+from kvoffload.engines.scenario import parse_scenario, predict
+from kvoffload.spec import catalog
 
 
 @cache
 def rows() -> tuple[dict, ...]:
     """Return the measurements (catalog/validation.yaml)."""
-    return tuple(load_mapping(catalog.catalog_dir() / "validation.yaml")["rows"])
+    return tuple(catalog.load("validation")["rows"])
 
 
 def scenario_of(row: dict, hardware: dict[str, Any] | None = None) -> dict:

@@ -11,11 +11,11 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from kvoffload import decode, kv, transfer
-from kvoffload.hardware import System
-from kvoffload.models import Model
-from kvoffload.precision import KvFormat, WeightFormat
-from kvoffload.units import format_bytes
+from kvoffload.model import decode, kv, transfer
+from kvoffload.spec.hardware import System
+from kvoffload.spec.models import Model
+from kvoffload.spec.precision import KvFormat, WeightFormat
+from kvoffload.spec.units import format_bytes
 
 PALETTE = ["#1f5a99", "#d9822b", "#3a8f5c", "#b03a48", "#6c4f9c", "#7a7a7a"]
 
@@ -375,14 +375,13 @@ def interactive_constants(setup: decode.Setup) -> dict[str, float]:
     """Return the profile's and model's constants for the in-browser formula."""
     sysm = setup.system
     lay = decode.layers(setup.model, setup.weights)
-    eff = sysm.gpu.compute_efficiency.value if sysm.gpu.compute_efficiency else 1.0
     return {
         "weights_bytes": float(lay.weight_bytes @ lay.count),
         "dense_flops": float(lay.dense_flops @ lay.count),
         "hbm_bps": sysm.gpu.streaming_bandwidth,
         "attn_bps": sysm.gpu.attention_rate,
-        "peak_flops": sysm.gpu.flops_bf16.value * eff,
-        "link_gbps": transfer.effective_link_rate(sysm, "h2d") / 1e9,
+        "peak_flops": sysm.compute_rate,
+        "link_gbps": sysm.copy_rate("h2d") / 1e9,
         "latency_s": sysm.link.latency.value * setup.model.n_layers,
     }
 
@@ -536,8 +535,8 @@ def ngl_frame(
     hardware: str, model: str, weights: str = "q4_k_m", prompt: int = 512, generate: int = 128
 ) -> pd.DataFrame:
     """Return llama.cpp's tokens/s for every --n-gpu-layers value, with whether it fits."""
-    from kvoffload.errors import InputError
-    from kvoffload.scenario import check_fits, parse_scenario, predict
+    from kvoffload.engines.scenario import check_fits, parse_scenario, predict
+    from kvoffload.spec.errors import InputError
 
     n = load_model_cached(model).n_layers
     rows = []
@@ -557,7 +556,7 @@ def ngl_frame(
 
 def load_model_cached(model: str) -> Model:
     """Return a catalog model (imported here to keep the chart helpers' imports light)."""
-    from kvoffload.models import load_model
+    from kvoffload.spec.models import load_model
 
     return load_model(model)
 
@@ -631,7 +630,7 @@ def decision_frame(
     batches: np.ndarray | None = None,
 ) -> pd.DataFrame:
     """Return, per (context, batch), the option meeting the TPOT budget with the least GPU memory."""
-    from kvoffload import alternatives
+    from kvoffload.studies import alternatives
 
     contexts = (
         np.array([4_000, 8_000, 16_000, 32_000, 64_000, 128_000, 256_000, 512_000])

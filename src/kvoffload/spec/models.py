@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from kvoffload import catalog
-from kvoffload.errors import InputError
-from kvoffload.inputs import load_mapping
-from kvoffload.precision import (
+from kvoffload.spec import catalog
+from kvoffload.spec.errors import InputError
+from kvoffload.spec.inputs import load_mapping
+from kvoffload.spec.precision import (
     WeightFormat,
     ggml_bytes,
     use_more_bits,
@@ -504,8 +504,7 @@ def model_ids() -> list[str]:
 @cache
 def _catalog_model(ident: str) -> Model:
     path = catalog.model_paths()[ident]
-    raw = load_mapping(path)
-    return _from_model_file(raw, path, ident)
+    return _from_model_file(catalog.load(f"models/{ident}"), path, ident)
 
 
 def _from_model_file(raw: dict, path: Path, ident: str) -> Model:

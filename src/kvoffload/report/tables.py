@@ -8,23 +8,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kvoffload import catalog, kv, transfer
-from kvoffload.hardware import System, load_system
-from kvoffload.inputs import load_mapping
-from kvoffload.models import Model, load_model, model_ids
-from kvoffload.precision import KvFormat, WeightFormat
-from kvoffload.units import Dim, format_bandwidth, format_bytes, format_seconds, parse_quantity
+from kvoffload.model import kv, transfer
+from kvoffload.spec import catalog
+from kvoffload.spec.hardware import System, load_system
+from kvoffload.spec.models import Model, load_model, model_ids
+from kvoffload.spec.precision import KvFormat, WeightFormat
+from kvoffload.spec.units import Dim, format_bandwidth, format_bytes, format_seconds, parse_quantity
 
 
 @cache
 def article() -> dict:
     """Return the article's own figures (catalog/article.yaml)."""
-    return load_mapping(catalog.catalog_dir() / "article.yaml")
+    return catalog.load("article")
 
 
-def source_title(source: str) -> str:
-    """Return the title of a registered source id, or the text itself."""
-    return catalog.sources().get(source, {}).get("title", source) or "no source given"
+source_title = catalog.source_title
 
 
 def sources_table(ids: list[str]) -> pd.DataFrame:
@@ -61,14 +59,9 @@ def tier_table(system: System) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def layer_kv_bytes(model: Model, tokens: int, fmt: KvFormat = KvFormat.BF16) -> int:
-    """Return the K+V bytes of one full-attention layer for one request at ``tokens``."""
-    return int(kv.layer_bytes(model, tokens, fmt).max())
-
-
 def layer_move_table(system: System, model: Model, tokens: int) -> pd.DataFrame:
     """Return the time to move one layer's K+V over each tier, rated and achievable, and the ratio to GPU memory."""
-    nbytes = layer_kv_bytes(model, tokens)
+    nbytes = kv.full_layer_bytes(model, tokens)
     rows = []
     tiers = transfer.tiers(system)
     base_rated = float(tiers[0].time(nbytes, achievable=False))
@@ -157,22 +150,13 @@ def show(df: pd.DataFrame, name: str, formats: dict | str | None = None, precisi
     return styler
 
 
-def offloaded(setup_system: System, model: Model, overlap: str = "none") -> Any:
-    """Return the decode setup with every KV byte in host memory and attention on the GPU."""
-    from kvoffload import decode
-
-    return decode.Setup(
-        setup_system, model, placement=decode.Placement(kv=decode.Split(0, 1, 0), overlap=overlap)
-    )
-
-
 def budget_table(reference: System, system: System, model: Model) -> pd.DataFrame:
     """Return the article's TPOT-bound table beside the package's figures, article's and this profile's."""
-    from kvoffload import decode
+    from kvoffload.model import decode
 
     rows = []
-    ref = offloaded(reference, model)
-    mine = offloaded(system, model)
+    ref = decode.offloaded(reference, model)
+    mine = decode.offloaded(system, model)
     for row in article()["tpot_bound"]["rows"]:
         n = int(row["tokens"])
         ref_step = decode.step(ref, n, 1)
@@ -210,8 +194,8 @@ def engine_predictions(
     hardware: str, model: str, prompt: int, generate: int, batch: int = 1
 ) -> pd.DataFrame:
     """Return each engine's prediction for one workload on one machine (fitting or not)."""
-    from kvoffload.errors import InputError
-    from kvoffload.scenario import check_fits, parse_scenario, predict
+    from kvoffload.engines.scenario import check_fits, parse_scenario, predict
+    from kvoffload.spec.errors import InputError
 
     m = load_model(model)
     rows = []

@@ -6,11 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from kvoffload import catalog, decode, tables
-from kvoffload.figures import Figure, Kind
-from kvoffload.hardware import System, build_part
-from kvoffload.models import Model
-from kvoffload.units import Dim
+from kvoffload.model import decode
+from kvoffload.spec import catalog
+from kvoffload.spec.figures import Figure, Kind
+from kvoffload.spec.hardware import System, build_part
+from kvoffload.spec.models import Model
+from kvoffload.spec.units import Dim
 
 LINK_IDS = tuple(catalog.parts("link"))  # every catalog link, in catalog order
 # A x8 CXL 2.0 expander on PCIe 5.0 electricals: 31.5 GB/s per direction on the wire (cxl-spec-x8);
@@ -51,13 +52,13 @@ def link_rows(system: System, model: Model, context: int = 128_000, batch: int =
     )
     rows = []
     for name, sys_, fig in variants:
-        st = tables.offloaded(sys_, model)
+        st = decode.offloaded(sys_, model)
         step = decode.step(st, context, batch)
         hbm = float(step.streams["gpu"])
         rows.append(
             {
                 "link": name,
-                "copy rate": f"{decode.effective_link_rate(sys_, 'h2d') / 1e9:.4g} GB/s",
+                "copy rate": f"{sys_.copy_rate('h2d') / 1e9:.4g} GB/s",
                 "link time (ms)": float(step.streams["h2d"]) * 1e3,
                 "TPOT, no overlap (ms)": float(step.total) * 1e3,
                 "TPOT, perfect overlap (ms)": float(
@@ -66,7 +67,7 @@ def link_rows(system: System, model: Model, context: int = 128_000, batch: int =
                 * 1e3,
                 "link / GPU work": float(step.streams["h2d"]) / hbm,
                 "rate kind": fig.kind.value,
-                "rate source": tables.source_title(fig.source),
+                "rate source": catalog.source_title(fig.source),
             }
         )
     return pd.DataFrame(rows)
@@ -103,7 +104,7 @@ def tpot_with_link(
         }
     )
     s = system.model_copy(update={"link": link, "host": host})
-    return float(decode.step(tables.offloaded(s, model, overlap), context, batch, overlap).total)
+    return float(decode.step(decode.offloaded(s, model, overlap), context, batch, overlap).total)
 
 
 UNLIMITED = 1e16  # B/s: a link so fast its copy time is nil; what remains is the GPU's own work
@@ -132,7 +133,7 @@ def required_table(
     budget_s: float = 0.05,
 ) -> pd.DataFrame:
     """Return the link rate a TPOT budget needs, per context and batch, and what limits it."""
-    own = decode.effective_link_rate(system, "h2d")
+    own = system.copy_rate("h2d")
     rows = []
     for c in contexts:
         for b in batches:
@@ -167,7 +168,7 @@ def verdict(
     out: dict[str, float | bool | str] = {"link": system.link.name}
     for tag, s in (("own", system), ("pcie4", pcie4)):
         for mode in ("none", "perfect"):
-            t = float(decode.step(tables.offloaded(s, model, mode), context, batch, mode).total)
+            t = float(decode.step(decode.offloaded(s, model, mode), context, batch, mode).total)
             out[f"{tag}_{mode}_ms"] = t * 1e3
             out[f"{tag}_{mode}_meets"] = t <= budget_s
     out["hbm_ms"] = float(decode.step(decode.Setup(system, model), context, batch).total) * 1e3

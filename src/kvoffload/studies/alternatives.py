@@ -10,12 +10,12 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from kvoffload import catalog, decode, kv, tables
-from kvoffload.hardware import System
-from kvoffload.inputs import load_mapping
-from kvoffload.models import Model
-from kvoffload.precision import KvFormat, WeightFormat
-from kvoffload.units import Dim, format_bytes, parse_quantity
+from kvoffload.model import decode, kv
+from kvoffload.spec import catalog
+from kvoffload.spec.hardware import System
+from kvoffload.spec.models import Model
+from kvoffload.spec.precision import KvFormat, WeightFormat
+from kvoffload.spec.units import Dim, format_bytes, parse_quantity
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ OPTIONS = (
 @cache
 def data() -> dict:
     """Return the quality figures and the article's table (catalog/alternatives.yaml)."""
-    return load_mapping(catalog.catalog_dir() / "alternatives.yaml")
+    return catalog.load("alternatives")
 
 
 def source_ids() -> list[str]:
@@ -117,8 +117,8 @@ def fits(
 ) -> np.ndarray:
     """Return whether GPU and host memory hold an option at (context, batch)."""
     mem = _memory(system, model, option, context, batch)
-    gpu_ok = mem.gpu <= system.gpu.memory.value * system.gpu.count
-    return gpu_ok & (mem.cpu <= system.host.memory.value)
+    gpu_ok = mem.gpu <= system.gpu_memory
+    return gpu_ok & (mem.cpu <= system.host_memory)
 
 
 def tpot(
@@ -139,10 +139,7 @@ def ttft(system: System, model: Model, option: Option, context: int, batch: int 
 def longest_context(system: System, model: Model, option: Option, batch: int = 1) -> int:
     """Return the longest context one option holds in GPU memory (host memory for offload)."""
     weights = float(model.weight_bytes(option.weights).total)
-    if option.kv_on_host:
-        budget = system.host.memory.value
-    else:
-        budget = system.gpu.memory.value * system.gpu.count - weights
+    budget = system.host_memory if option.kv_on_host else system.gpu_memory - weights
     return int(kv.max_context(model, max(budget, 0.0), batch, option.kv))
 
 
@@ -185,7 +182,7 @@ def comparison(system: System, model: Model, context: int, batch: int = 1) -> pd
                 "TPOT change": t / base_tpot - 1,
                 "TTFT (s)": ttft(system, model, o, context, batch),
                 "quality": q["delta"],
-                "quality source": tables.source_title(q["source"]) if q["source"] else "",
+                "quality source": catalog.source_title(q["source"]) if q["source"] else "",
             }
         )
     return pd.DataFrame(rows)

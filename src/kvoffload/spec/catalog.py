@@ -6,8 +6,8 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-from kvoffload.errors import InputError
-from kvoffload.inputs import load_mapping
+from kvoffload.spec.errors import InputError
+from kvoffload.spec.inputs import load_mapping
 
 PART_KINDS = ("gpu", "link", "host", "storage")
 _PART_FILES = {
@@ -24,21 +24,35 @@ def catalog_dir() -> Path:
 
 
 @cache
+def load(name: str) -> dict:
+    """Return one catalog file as a mapping: 'sources', 'claims', 'hardware/gpus', ... (no suffix).
+
+    Every catalog file is read here, once per process; callers must not modify what it returns.
+    """
+    path = catalog_dir() / f"{name}.yaml"
+    if not path.is_file():
+        raise InputError(f"the catalog has no file {name}.yaml")
+    return load_mapping(path)
+
+
 def parts(kind: str) -> dict[str, dict]:
     """Return the raw catalog parts of one kind ('gpu', 'link', 'host', 'storage') by id."""
-    return load_mapping(catalog_dir() / "hardware" / _PART_FILES[kind])
+    return load(f"hardware/{_PART_FILES[kind].removesuffix('.yaml')}")
 
 
-@cache
 def systems() -> dict[str, dict]:
     """Return the raw catalog system profiles by id."""
-    return load_mapping(catalog_dir() / "hardware" / "systems.yaml")
+    return load("hardware/systems")
 
 
-@cache
 def sources() -> dict[str, dict]:
     """Return the source registry: id -> {title, url, kind, ...}."""
-    return load_mapping(catalog_dir() / "sources.yaml")
+    return load("sources")
+
+
+def source_title(source: str) -> str:
+    """Return the title of a registered source id, or the text itself."""
+    return sources().get(source, {}).get("title", source) or "no source given"
 
 
 @cache

@@ -9,11 +9,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from kvoffload import catalog
-from kvoffload.errors import InputError
-from kvoffload.figures import Figure, FigureField
-from kvoffload.inputs import load_mapping
-from kvoffload.units import Dim, format_quantity
+from kvoffload.spec import catalog
+from kvoffload.spec.errors import InputError
+from kvoffload.spec.figures import Figure, FigureField
+from kvoffload.spec.inputs import load_mapping
+from kvoffload.spec.units import Dim, format_quantity
 
 # Plausible ranges: wide enough for any real machine, narrow enough to catch slips of unit.
 Capacity = FigureField(Dim.BYTES, 1e8, 1e15)
@@ -141,6 +141,46 @@ class System(BaseModel):
     host: Host
     storage: Storage
     measurements: dict = {}  # tables kept by `kvoffload measure`; reports read them, the model does not
+
+    # -- capacity and rates: the one place the model reads them from ----------------------------
+    @property
+    def gpu_memory(self) -> float:
+        """Return the GPU memory of the whole machine in bytes: one GPU's times ``gpu.count``."""
+        return self.gpu.memory.value * self.gpu.count
+
+    @property
+    def host_memory(self) -> float:
+        """Return the host memory in bytes."""
+        return self.host.memory.value
+
+    @property
+    def disk_capacity(self) -> float | None:
+        """Return the storage capacity in bytes, or None when the profile does not bound it."""
+        return self.storage.capacity.value if self.storage.capacity is not None else None
+
+    @property
+    def compute_rate(self) -> float:
+        """Return one GPU's dense bf16 rate that GEMMs reach (FLOP/s): peak x compute_efficiency."""
+        eff = self.gpu.compute_efficiency.value if self.gpu.compute_efficiency else 1.0
+        return self.gpu.flops_bf16.value * eff
+
+    def link_rate(self, direction: str = "h2d", *, pinned: bool = True) -> float:
+        """Return the link's achievable rate (B/s) for 'h2d' or 'd2h', pinned or pageable."""
+        if direction not in ("h2d", "d2h"):
+            raise ValueError(f"direction must be 'h2d' or 'd2h', got {direction!r}")
+        link = self.link
+        pinned_rate = (link.h2d_bandwidth if direction == "h2d" else link.d2h_bandwidth).value
+        if pinned:
+            return pinned_rate
+        if link.pageable_bandwidth is None:
+            raise InputError(
+                "this profile gives no rate for pageable memory", field="link.pageable_bandwidth"
+            )
+        return min(link.pageable_bandwidth.value, pinned_rate)
+
+    def copy_rate(self, direction: str = "h2d", *, pinned: bool = True) -> float:
+        """Return the host<->GPU copy rate (B/s): the link or host DRAM, whichever is slower."""
+        return min(self.link_rate(direction, pinned=pinned), self.host.memory_bandwidth.value)
 
     def figures(self) -> dict[str, Figure]:
         """Return every quantity as 'part.field' -> Figure."""

@@ -7,9 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from kvoffload.errors import InputError
-from kvoffload.figures import Figure
-from kvoffload.hardware import Link, Storage, System
+from kvoffload.spec.figures import Figure
+from kvoffload.spec.hardware import Storage, System
 
 
 def transfer_time(
@@ -22,27 +21,6 @@ def transfer_time(
     )
 
 
-def link_bandwidth(link: Link, direction: str = "h2d", *, pinned: bool = True) -> float:
-    """Return the achievable link rate in B/s for 'h2d' or 'd2h', pinned or pageable."""
-    if direction not in ("h2d", "d2h"):
-        raise ValueError(f"direction must be 'h2d' or 'd2h', got {direction!r}")
-    pinned_rate = (link.h2d_bandwidth if direction == "h2d" else link.d2h_bandwidth).value
-    if pinned:
-        return pinned_rate
-    if link.pageable_bandwidth is None:
-        raise InputError(
-            "this profile gives no rate for pageable memory", field="link.pageable_bandwidth"
-        )
-    return min(link.pageable_bandwidth.value, pinned_rate)
-
-
-def effective_link_rate(system: System, direction: str = "h2d", *, pinned: bool = True) -> float:
-    """Return the copy rate between host memory and the GPU: the link or host DRAM, the slower."""
-    return min(
-        link_bandwidth(system.link, direction, pinned=pinned), system.host.memory_bandwidth.value
-    )
-
-
 def link_time(
     system: System,
     nbytes: ArrayLike,
@@ -52,36 +30,8 @@ def link_time(
     pinned: bool = True,
 ) -> np.ndarray:
     """Return seconds to copy over the link ('h2d' or 'd2h'), at the slower of link and host DRAM."""
-    rate = effective_link_rate(system, direction, pinned=pinned)
+    rate = system.copy_rate(direction, pinned=pinned)
     return transfer_time(nbytes, rate, system.link.latency.value, transfers)
-
-
-def host_to_gpu_time(
-    system: System, nbytes: ArrayLike, *, transfers: ArrayLike = 1, pinned: bool = True
-) -> np.ndarray:
-    """Return seconds to copy host memory to the GPU."""
-    return link_time(system, nbytes, "h2d", transfers=transfers, pinned=pinned)
-
-
-def gpu_to_host_time(
-    system: System, nbytes: ArrayLike, *, transfers: ArrayLike = 1, pinned: bool = True
-) -> np.ndarray:
-    """Return seconds to copy GPU memory to the host."""
-    return link_time(system, nbytes, "d2h", transfers=transfers, pinned=pinned)
-
-
-def gpu_read_time(system: System, nbytes: ArrayLike, *, achievable: bool = False) -> np.ndarray:
-    """Return seconds for the GPU to read ``nbytes`` from its own memory (spec or measured rate)."""
-    gpu = system.gpu
-    rate = gpu.memory_bandwidth
-    if achievable and gpu.memory_bandwidth_achievable is not None:
-        rate = gpu.memory_bandwidth_achievable
-    return transfer_time(nbytes, rate.value)
-
-
-def host_read_time(system: System, nbytes: ArrayLike) -> np.ndarray:
-    """Return seconds for the CPU to stream ``nbytes`` from host DRAM."""
-    return transfer_time(nbytes, system.host.memory_bandwidth.value)
 
 
 def nvme_bandwidth(

@@ -1,0 +1,1 @@
+"""The book: executing chapters per profile and building the offline site."""

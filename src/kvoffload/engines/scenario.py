@@ -1,0 +1,167 @@
+"""Scenario files as written (the contract in the README), validated, and predicted by their engine."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from kvoffload.engines.registry import run_engine, validate_options
+from kvoffload.model import decode
+from kvoffload.model.prediction import Prediction, Scenario, check_fits, predict_setup
+from kvoffload.spec.errors import InputError
+from kvoffload.spec.hardware import load_system
+from kvoffload.spec.inputs import load_mapping
+from kvoffload.spec.models import load_model
+from kvoffload.spec.precision import KvFormat, WeightFormat, kv_format, weight_format
+
+ENGINES = ("generic", "llamacpp", "vllm", "flexgen", "zero-inference", "hf-accelerate", "infllm")
+_STRICT = ConfigDict(extra="forbid", frozen=True)
+
+
+class SplitIn(BaseModel):
+    """Shares per tier; they must add up to 1."""
+
+    model_config = _STRICT
+    gpu: float = Field(0.0, ge=0.0, le=1.0)
+    cpu: float = Field(0.0, ge=0.0, le=1.0)
+    disk: float = Field(0.0, ge=0.0, le=1.0)
+
+    @field_validator("gpu", "cpu", "disk", mode="before")
+    @classmethod
+    def _number(cls, v: Any) -> Any:
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise ValueError(f"must be a number from 0 to 1, got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _sums_to_one(self) -> SplitIn:
+        total = self.gpu + self.cpu + self.disk
+        if abs(total - 1.0) > 1e-6:
+            raise ValueError(f"shares add up to {total:g}; they must add up to 1")
+        return self
+
+
+class PrecisionIn(BaseModel):
+    """Weight and KV formats."""
+
+    model_config = _STRICT
+    weights: str = "bf16"
+    kv: str = "bf16"
+
+
+class WorkloadIn(BaseModel):
+    """Batch, prompt length and tokens generated."""
+
+    model_config = _STRICT
+    batch: int = Field(1, ge=1, le=1_000_000, strict=True)
+    prompt: int = Field(ge=1, le=100_000_000, strict=True)
+    generate: int = Field(1, ge=1, le=1_000_000, strict=True)
+
+
+class PlacementIn(BaseModel):
+    """Where weights and KV live."""
+
+    model_config = _STRICT
+    weights: SplitIn = SplitIn(gpu=1.0)
+    kv: SplitIn = SplitIn(gpu=1.0)
+
+
+class ScenarioIn(BaseModel):
+    """A scenario file as written."""
+
+    model_config = _STRICT
+    hardware: str | dict
+    model: str
+    engine: str = "generic"
+    precision: PrecisionIn = PrecisionIn()
+    workload: WorkloadIn
+    placement: PlacementIn = PlacementIn()
+    attention: Literal["gpu", "cpu"] = "gpu"
+    overlap: Literal["none", "perfect", "pipeline", "flexgen"] = "none"
+    pinned: bool = Field(True, strict=True)
+    options: dict = {}
+
+
+def _resolve(ref: str, base: Path) -> str:
+    candidate = base / ref
+    return str(candidate) if not Path(ref).is_absolute() and candidate.exists() else ref
+
+
+def parse_scenario(raw: dict, *, base: Path = Path("."), name: str = "scenario") -> Scenario:
+    """Validate a scenario mapping; relative paths are taken from ``base``."""
+    try:
+        s = ScenarioIn.model_validate(raw)
+    except ValidationError as exc:
+        err = next((e for e in exc.errors() if e["type"] == "extra_forbidden"), exc.errors()[0])
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "missing":
+            msg = "required field is missing"
+        elif err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        raise InputError(msg, file=name, field=".".join(str(p) for p in err["loc"])) from None
+    if s.engine not in ENGINES:
+        raise InputError(
+            f"engine {s.engine!r} is not known; engines: {', '.join(ENGINES)}",
+            file=name,
+            field="engine",
+        )
+    try:
+        options = validate_options(s.engine, s.options)
+    except InputError as exc:
+        raise exc.within(file=name, field="options") from None
+    try:
+        system = load_system(
+            s.hardware if isinstance(s.hardware, dict) else _resolve(s.hardware, base)
+        )
+    except InputError as exc:
+        raise exc.within(file=name, field="hardware") from None
+    try:
+        model = load_model(_resolve(s.model, base))
+    except InputError as exc:
+        raise exc.within(file=name, field="model") from None
+    try:
+        wf: WeightFormat = weight_format(s.precision.weights, field="precision.weights")
+        kf: KvFormat = kv_format(s.precision.kv, field="precision.kv")
+    except InputError as exc:
+        raise exc.within(file=name) from None
+    pl = s.placement
+    placement = decode.Placement(
+        weights=decode.Split(pl.weights.gpu, pl.weights.cpu, pl.weights.disk),
+        kv=decode.Split(pl.kv.gpu, pl.kv.cpu, pl.kv.disk),
+        attention=s.attention,
+        overlap=s.overlap,
+        pinned=s.pinned,
+    )
+    if not s.pinned and system.link.pageable_bandwidth is None:
+        raise InputError(
+            "pinned: false needs link.pageable_bandwidth in the profile", file=name, field="pinned"
+        )
+    w = s.workload
+    return Scenario(
+        system,
+        model,
+        s.engine,
+        decode.Setup(system, model, wf, kf, placement),
+        w.batch,
+        w.prompt,
+        w.generate,
+        options,
+        "placement" in raw,
+    )
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario file."""
+    p = Path(path)
+    return parse_scenario(load_mapping(p), base=p.parent, name=str(path))
+
+
+def predict(sc: Scenario, *, name: str = "scenario", check: bool = True) -> Prediction:
+    """Return the prediction of a scenario; refuse one that does not fit when ``check``."""
+    result = predict_setup(sc, sc.setup) if sc.engine == "generic" else run_engine(sc)
+    if check:
+        check_fits(sc, result.memory, name)
+    return result

@@ -1,0 +1,168 @@
+"""One scenario's prediction: the validated scenario, what it costs, and where things were put.
+
+Every engine returns a ``Prediction`` of this one shape, so ``predict --json`` has the same keys
+whatever the engine; what only one engine has goes under ``engine_settings``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kvoffload.model import decode
+from kvoffload.spec.errors import InputError
+from kvoffload.spec.hardware import System
+from kvoffload.spec.models import Model
+from kvoffload.spec.precision import KvFormat, WeightFormat
+from kvoffload.spec.units import format_bytes
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A validated scenario: the specs and the workload."""
+
+    system: System
+    model: Model
+    engine: str
+    setup: decode.Setup
+    batch: int
+    prompt: int
+    generate: int
+    options: Any = None  # the engine's validated options (None for generic)
+    placement_given: bool = True
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Where an engine put things: shares per tier, attention side, overlap, pinning, formats."""
+
+    weights: decode.Split
+    kv: decode.Split
+    attention: str
+    overlap: str
+    pinned: bool
+    weights_format: WeightFormat
+    kv_format: KvFormat
+
+    @classmethod
+    def of(cls, setup: decode.Setup) -> Resolved:
+        """Return the placement a step-model setup runs with."""
+        p = setup.placement
+        return cls(p.weights, p.kv, p.attention, p.overlap, p.pinned, setup.weights, setup.kv)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the placement as the JSON object documented in the README (same keys always)."""
+        share = lambda s: {k: float(np.mean(getattr(s, k))) for k in ("gpu", "cpu", "disk")}  # noqa: E731
+        return {
+            "weights": share(self.weights),
+            "kv": share(self.kv),
+            "attention": self.attention,
+            "overlap": self.overlap,
+            "pinned": self.pinned,
+            "weights_precision": self.weights_format.value,
+            "kv_precision": self.kv_format.value,
+        }
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What one scenario costs."""
+
+    scenario: Scenario
+    tpot_s: float
+    ttft_s: float
+    streams_s: dict[str, float]
+    memory: decode.Memory
+    by_overlap_s: dict[str, float]
+    resolved: Resolved
+    settings: dict[str, Any] = field(default_factory=dict)  # the engine's own resolved settings
+    policy: str = ""  # one line saying what the engine chose, for people
+
+    @property
+    def bottleneck(self) -> str:
+        """Return the stream with the most work per step."""
+        key = max(self.streams_s, key=self.streams_s.get)
+        return decode.STREAM_NAMES[key]
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the prediction as the JSON object documented in the README."""
+        sc = self.scenario
+        decode_rate = sc.batch / self.tpot_s
+        total_time = self.ttft_s + sc.generate * self.tpot_s
+        st = self.streams_s
+        return {
+            "hardware": sc.system.id,
+            "model": sc.model.id,
+            "engine": sc.engine,
+            "workload": {"batch": sc.batch, "prompt": sc.prompt, "generate": sc.generate},
+            "overlap": self.resolved.overlap,
+            "tpot_ms": self.tpot_s * 1e3,
+            "ttft_ms": self.ttft_s * 1e3,
+            "decode_tokens_per_s": decode_rate,
+            "throughput_tokens_per_s": sc.batch * sc.generate / total_time,
+            "bottleneck": self.bottleneck,
+            "step": {
+                "compute_ms": st["gpu"] * 1e3,
+                "transfer_ms": (st["h2d"] + st["d2h"]) * 1e3,
+                "h2d_ms": st["h2d"] * 1e3,
+                "d2h_ms": st["d2h"] * 1e3,
+                "cpu_ms": st["cpu"] * 1e3,
+                "disk_ms": (st["disk_read"] + st["disk_write"]) * 1e3,
+            },
+            "tpot_ms_by_overlap": {k: v * 1e3 for k, v in self.by_overlap_s.items()},
+            "memory": {
+                "gpu_bytes": int(self.memory.gpu),
+                "cpu_bytes": int(self.memory.cpu),
+                "disk_bytes": int(self.memory.disk),
+                "staging_bytes": int(self.memory.staging),
+                "gpu_capacity_bytes": int(sc.system.gpu_memory),
+                "cpu_capacity_bytes": int(sc.system.host_memory),
+            },
+            "policy": self.policy or None,
+            "placement": self.resolved.to_json(),
+            "engine_settings": self.settings,
+        }
+
+
+def shortfalls(system: System, mem: decode.Memory) -> list[tuple[str, float, float]]:
+    """Return (tier, bytes needed, bytes there) for every tier the memory overflows."""
+    tiers = [
+        ("GPU memory", mem.gpu, system.gpu_memory),
+        ("host memory", mem.cpu, system.host_memory),
+    ]
+    if system.disk_capacity is not None:
+        tiers.append(("disk", mem.disk, system.disk_capacity))
+    return [(t, float(need), have) for t, need, have in tiers if float(need) > have]
+
+
+def check_fits(sc: Scenario, mem: decode.Memory, name: str = "scenario") -> None:
+    """Refuse a scenario whose GPU or host memory (or disk) would overflow, saying by how much."""
+    for tier, need, have in shortfalls(sc.system, mem):
+        raise InputError(
+            f"does not fit: {tier} needs {format_bytes(need)} but has {format_bytes(have)} "
+            f"(over by {format_bytes(need - have)})",
+            file=name,
+            field="placement",
+        )
+
+
+def predict_setup(sc: Scenario, setup: decode.Setup, **extra: Any) -> Prediction:
+    """Return the step model's prediction for a scenario run with ``setup``."""
+    mem = decode.memory(setup, sc.prompt + sc.generate, sc.batch)
+    t = decode.samples(sc.generate)
+    per = decode.stream_times(setup, sc.prompt + t, sc.batch)
+    lay = decode.layers(sc.model, setup.weights)
+    streams = {k: float(np.mean(v @ lay.count)) for k, v in per.items()}
+    by_overlap = {m: float(np.mean(decode.combine(per, lay, m))) for m in decode.OVERLAP_MODES}
+    return Prediction(
+        scenario=sc,
+        tpot_s=by_overlap[setup.placement.overlap],
+        ttft_s=float(decode.ttft(setup, sc.prompt, sc.batch)),
+        streams_s=streams,
+        memory=mem,
+        by_overlap_s=by_overlap,
+        resolved=extra.pop("resolved", Resolved.of(setup)),
+        **extra,
+    )

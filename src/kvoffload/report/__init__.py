@@ -1,0 +1,1 @@
+"""Presentation: tables and charts for the chapters, from frames the studies compute."""

@@ -1,0 +1,1 @@
+"""Inputs and their schemas: units, figures with sources, the catalog, hardware parts, models, formats."""
