@@ -25,11 +25,13 @@ book: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check src tests
 	$(BIN)/ruff format --check src tests
+	$(BIN)/lint-imports --no-cache --no-logo
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests
 	$(BIN)/ruff format --check src tests
+	$(BIN)/lint-imports --no-cache --no-logo
 
 format: $(STAMP)
 	$(BIN)/ruff format src tests

@@ -136,9 +136,70 @@ def test_decision_grid_picks_an_option_that_meets_the_budget_with_least_memory()
 
 
 def test_the_pages_sources_table_lists_every_cited_source_once():
-    from kvoffload.report import tables
+    from kvoffload.report import source_tables
 
     ids = alternatives.source_ids()
-    table = tables.sources_table([*ids, *ids, "no-such-source"])
+    table = source_tables.sources_table([*ids, *ids, "no-such-source"])
     assert list(table["source"]) == list(dict.fromkeys(ids))
     assert table["address"].str.startswith("https://").all()
+
+
+def test_decision_grid_defaults_and_its_summary_count_the_cells():
+    model = MODELS[0]
+    grid = alternatives.decision_grid(ARTICLE, model)
+    assert len(grid) == len(alternatives.DECISION_CONTEXTS) * len(alternatives.DECISION_BATCHES)
+    summary = alternatives.decision_summary(grid)
+    counts = grid["choice"].value_counts()
+    assert summary.cells == len(grid)
+    assert summary.offload_cells == int((grid["choice"] == alternatives.OPTIONS[1].name).sum())
+    assert summary.none_cells == int((grid["choice"] == "none").sum())
+    top = counts.drop("none", errors="ignore")
+    assert summary.top_sentence.startswith(f"{top.index[0]} is the least-memory choice in")
+    empty = grid.assign(choice="none")
+    assert (
+        alternatives.decision_summary(empty).top_sentence
+        == "no option meets the budget in any cell"
+    )
+
+
+def test_headline_compares_offload_with_bf16_and_says_how_far_a_smaller_cache_reaches():
+    frame = alternatives.comparison(ARTICLE, MODELS[0], 128_000)
+    head = alternatives.headline(frame)
+    rows = frame.set_index("key")
+    assert head.offload_x == pytest.approx(
+        rows.loc["offload", "TPOT (ms)"] / rows.loc["bf16", "TPOT (ms)"]
+    )
+    assert head.offload_x > 1 and head.w4kv8_tpot_ms < head.base_tpot_ms
+    longest = alternatives.longest_context(ARTICLE, MODELS[0], alternatives.OPTIONS[0])
+    assert f"from {longest:,} to" in head.reach
+
+
+def test_headline_says_when_bf16_weights_do_not_fit_at_all():
+    small = load_system("rtx-4090-desktop")  # 24 GB: Llama 3.1 70B's bf16 weights cannot fit
+    frame = alternatives.comparison(small, MODELS[2], 8_000)
+    reach = alternatives.headline(frame).reach
+    assert reach.startswith("With bf16 weights the model does not fit this GPU at all")
+    fitting = frame.loc[frame["fits"], "option"].tolist()
+    assert reach.endswith(f"{', '.join(fitting) or 'none'} fit at this context.")
+
+
+def test_article_four_ranks_the_articles_methods_from_the_comparison():
+    frame = alternatives.comparison(ARTICLE, MODELS[0], 128_000)
+    four = alternatives.article_four(frame)
+    rows = frame.set_index("key").loc[list(alternatives.ARTICLE_ROWS.values())]
+    assert four.most_saving == rows.loc[rows["saved_bytes"].idxmax(), "option"]
+    slower = rows.loc[rows["TPOT change"] > 0, "option"].tolist()
+    assert four.slower == (", ".join(slower) or "none of them")
+    assert "offload" in four.slower.lower()
+    assert four.quant_gain == pytest.approx(
+        -max(rows.loc["w4a16", "TPOT change"], rows.loc["kv_int8", "TPOT change"])
+    )
+    assert four.quant_gain > 0  # quantising reads fewer bytes, so the step shortens
+
+
+def test_int4_bits_read_the_checkpoint_table():
+    bits = alternatives.int4_bits(MODELS[0])
+    table = alternatives.int4_checkpoints(MODELS[0]).set_index("checkpoint")["bits per parameter"]
+    assert bits.awq_gptq == table["AWQ/GPTQ int4, group 128"]
+    assert bits.q4_k_m == table["GGUF Q4_K_M"]
+    assert 4 < bits.q4_k_m < 8 and 4 < bits.awq_gptq < 8

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -93,3 +94,33 @@ def test_link_rows_cover_every_link_and_the_cxl_expander():
     assert (rows["TPOT, perfect overlap (ms)"] <= rows["TPOT, no overlap (ms)"]).all()
     assert set(beyond.source_ids()) == {"cxl-spec-x8", "cxl-real-world-2024", "micron-cz120"}
     assert all(s in catalog.sources() for s in beyond.source_ids())
+
+
+def test_link_findings_read_the_pcie_and_c2c_rows():
+    rows = beyond.link_rows(ARTICLE, LLAMA)
+    found = beyond.link_findings(rows)
+    by = rows.set_index("link")
+    assert found.pcie4_ms == by.loc["PCIe 4.0 x16", "TPOT, no overlap (ms)"]
+    assert found.pcie5_gain == found.pcie4_ms / found.pcie5_ms > 1
+    assert found.c2c_ratio < found.pcie5_ratio  # the faster wire leaves less link per GPU work
+    assert found.c2c_ms < found.pcie5_ms
+
+
+def test_need_findings_count_the_cases_no_link_can_serve():
+    need = beyond.required_table(ARTICLE, LLAMA, budget_s=0.05)
+    found = beyond.need_findings(need, context=128_000, batch=1)
+    assert found.n_rows == len(need)
+    assert found.n_floor == sum(math.isinf(v) for v in need["needed, perfect overlap (GB/s)"])
+    assert found.perfect_gbs <= found.none_gbs  # overlap never needs a faster link
+    assert found.own_gbs == pytest.approx(ARTICLE.copy_rate("h2d") / 1e9)
+
+
+def test_verdict_words_follow_the_verdict():
+    gh = beyond.verdict_words(beyond.verdict(GH200, LLAMA, 128_000, 1, 0.05))
+    assert (gh.own_meets, gh.pcie4_meets, gh.changes) == (
+        "meets",
+        "misses",
+        "changes the conclusion",
+    )
+    art = beyond.verdict_words(beyond.verdict(ARTICLE, LLAMA, 128_000, 1, 0.05))
+    assert art.changes == "does not change the conclusion"

@@ -10,15 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload.build.runner import ChapterError, chapters, check_parameters, per_profile
-from kvoffload.build.site import (
-    OFFSITE,
-    build_book,
-    jupyter_book,
-    plan,
-    resolve_profile,
-    run_for_profile,
-)
+from kvoffload.build.errors import ChapterError
+from kvoffload.build.jupyterbook import OFFSITE, jupyter_book
+from kvoffload.build.profile_run import run_for_profile
+from kvoffload.build.profiles import plan, resolve_profile
+from kvoffload.build.runner import chapters, check_parameters, per_profile
+from kvoffload.build.site import build_book
 from kvoffload.spec.errors import InputError
 from tests.conftest import BOOK_PROFILES, copy_book_sources
 

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from kvoffload.spec.inputs import MAX_FILE_BYTES
+from tests.conftest import REPO
 from tests.test_inputs import BOMB
 
 
@@ -269,3 +270,43 @@ def test_bad_arguments_exit_2_in_one_line(args, fragment, cli_process):
     assert r.code == 2
     assert len(r.err.strip().splitlines()) == 1, r.err
     assert fragment in r.err and "Traceback" not in r.err
+
+
+# -- the book's commands --------------------------------------------------------------------------
+@pytest.mark.parametrize("args", [("book",), ("run", "--hardware", "t4-pcie3")])
+def test_the_book_without_its_extras_is_refused_in_one_line(args, cli, monkeypatch):
+    from kvoffload.build import extras
+
+    real = extras.find_spec
+    monkeypatch.setattr(extras, "find_spec", lambda n: None if n == "nbformat" else real(n))
+    r = cli(*args)
+    assert r.code == 2 and r.out == ""
+    assert r.err == (
+        "kvoffload: error: the book needs the optional dependencies: "
+        "pip install 'kvoffload[book]' (missing: nbformat)\n"
+    )
+
+
+@pytest.mark.parametrize("error", ["ChapterError", "BuildError"])
+@pytest.mark.parametrize(
+    ("args", "module", "function"),
+    [
+        (("book", "--quiet"), "site", "build_book"),
+        (("run", "--hardware", "t4-pcie3", "--quiet"), "profile_run", "run_for_profile"),
+    ],
+)
+def test_a_failed_build_exits_1_in_one_line(error, args, module, function, cli, monkeypatch):
+    import importlib
+
+    from kvoffload.build import errors, runner
+
+    message = "chapter 03_decode_timing, profile t4-pcie3: cell 4 raised ValueError: boom"
+
+    def fail(*_, **__):
+        raise getattr(errors, error)(message)
+
+    monkeypatch.setattr(runner, "find_root", lambda: REPO)
+    monkeypatch.setattr(importlib.import_module(f"kvoffload.build.{module}"), function, fail)
+    r = cli(*args)
+    assert r.code == 1
+    assert r.err == f"kvoffload: build failed: {message}\n"

@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvoffload.model import decode, kv, timeline
-from kvoffload.report import charts
 from kvoffload.spec.hardware import load_system
 from kvoffload.spec.models import load_model
+from kvoffload.studies import tpot_formula
 
 ARTICLE = load_system("article-reference")
 A100 = load_system("a100-80gb-sxm-pcie4")
@@ -182,7 +182,7 @@ def test_max_batch_meets_budget_and_memory():
     b = int(decode.max_batch(setup, 32_000, 0.05))
     assert b >= 1
     mem = decode.memory(setup, 32_000, b + 1)
-    too_big = decode.step(setup, 32_000, b + 1).total > 0.05 or mem.gpu > A100.gpu.memory.value
+    too_big = decode.step(setup, 32_000, b + 1).total > 0.05 or mem.gpu > A100.gpu_memory
     assert too_big
 
 
@@ -207,12 +207,12 @@ def test_spilling_when_hbm_fills_makes_one_knee_not_a_staircase():
 
 def test_interactive_formula_agrees_with_the_model():
     setup = offloaded(A100)
-    c = charts.interactive_constants(setup)
+    c = tpot_formula.interactive_constants(setup)
     ctx = np.array([1000, 32_000, 128_000])
-    frame = charts.interactive_frame(setup, ctx)
+    frame = tpot_formula.interactive_frame(setup, ctx)
     for batch in (1, 8):
         for mode in ("none", "perfect"):
-            browser = charts.tpot_formula(
+            browser = tpot_formula.tpot_formula(
                 c,
                 frame["kv_bytes"].to_numpy(),
                 frame["attn_flops"].to_numpy(),

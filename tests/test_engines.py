@@ -216,8 +216,7 @@ def test_flexgen_each_gpu_batch_reads_the_layer_weights_again():
     plain = {"percent": [100, 0, 100, 0, 100, 0]}
     one, sc = _flexgen_step(plain | {"gpu_batch_size": 32, "num_gpu_batches": 1}, 32)
     four, _ = _flexgen_step(plain | {"gpu_batch_size": 8, "num_gpu_batches": 4}, 32)
-    lay = decode.layers(sc.model, sc.setup.weights)
-    weights = float(lay.weight_bytes @ lay.count)
+    weights = decode.step_weight_bytes(sc.model, sc.setup.weights)
     # memory-bound at these batches: three more passes over the fp16 weights, nothing else
     assert four - one == pytest.approx(3 * weights / sc.system.gpu.streaming_bandwidth, rel=1e-9)
 

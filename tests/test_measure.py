@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from pathlib import Path
@@ -9,7 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kvoffload.spec.hardware import build_system, load_system
+from kvoffload.spec import catalog
+from kvoffload.spec.errors import InputError
+from kvoffload.spec.hardware import PART_MODELS, build_system, load_system
 from kvoffload.spec.units import Dim, parse_quantity
 from kvoffload.studies import measure
 
@@ -83,8 +86,43 @@ def test_scratch_files_are_removed(tmp_path):
 
 def test_the_written_profile_would_not_be_half_written(report, tmp_path):
     raw = measure.profile(report, base="t4-pcie3", ident="me", name="me")
-    raw = yaml.safe_load(yaml.safe_dump(raw))
-    build_system(raw, ident="me", origin="test")  # what the CLI does before writing
+    assert yaml.safe_load(yaml.safe_dump(raw)) == raw  # plain values, as the file holds them
+    build_system(raw, ident="me", origin="test")
+
+
+def test_every_measured_figure_names_a_field_of_its_part_schema(report):
+    for key in report.figures:
+        part, name = key.split(".")
+        assert name in PART_MODELS[part].model_fields, key
+
+
+def test_a_part_measured_whole_replaces_the_base_and_the_rest_come_from_it(report):
+    raw = measure.profile(report, base="t4-pcie3", ident="me", name="me")
+    base = catalog.systems()["t4-pcie3"]
+    assert "base" not in raw["host"] and raw["host"]["memory"]["kind"] == "measured"
+    assert "base" not in raw["storage"] and raw["storage"]["name"]
+    if not any(k.startswith(("gpu.", "link.")) for k in report.figures):  # no PyTorch here
+        assert raw["gpu"] == base["gpu"] and raw["link"] == base["link"]
+
+
+def test_measured_gpu_figures_go_over_the_base_part(report):
+    fig = {"value": "200 GB/s", "kind": "measured", "source": "a test"}
+    with_gpu = dataclasses.replace(
+        report, figures={**report.figures, "gpu.memory_bandwidth_achievable": fig}
+    )
+    raw = measure.profile(with_gpu, base="t4-pcie3", ident="me", name="me")
+    system = build_system(raw, ident="me", origin="test")
+    assert system.gpu.memory_bandwidth_achievable.value == 200e9
+    assert system.gpu.name == load_system("t4-pcie3").gpu.name
+
+
+def test_a_profile_the_schema_refuses_is_never_returned(report):
+    fig = {"value": "900 GB/s", "kind": "measured", "source": "a test"}  # above the T4's 320 GB/s
+    broken = dataclasses.replace(
+        report, figures={**report.figures, "gpu.memory_bandwidth_achievable": fig}
+    )
+    with pytest.raises(InputError, match="measured profile 'me': gpu: memory_bandwidth_achievable"):
+        measure.profile(broken, base="t4-pcie3", ident="me", name="me")
 
 
 @pytest.mark.slow

@@ -131,6 +131,6 @@ def test_tier_read_times(box):
     assert float(tier["gpu"].time(2e9, achievable=False)) == pytest.approx(1e-3)
     assert float(tier["host"].time(90e9)) == pytest.approx(1.0)
     # sequential: one latency, then the sequential rate; random 4 KiB at QD 1: far slower
-    assert float(transfer.nvme_read_time(box.storage, 7e9)) == pytest.approx(1.0 + 80e-6)
-    slow = float(transfer.nvme_read_time(box.storage, 7e9, request_bytes=4096, queue_depth=1))
-    assert slow > 50 * float(transfer.nvme_read_time(box.storage, 7e9))
+    assert float(tier["storage"].time(7e9)) == pytest.approx(1.0 + 80e-6)
+    slow = float(transfer.transfer_time(7e9, transfer.nvme_bandwidth(box.storage, 4096, 1)))
+    assert slow > 50 * float(tier["storage"].time(7e9))

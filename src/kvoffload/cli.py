@@ -5,19 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from kvoffload.build.runner import ChapterError
-from kvoffload.build.site import BuildError
-from kvoffload.model.kv import kv_size
-from kvoffload.spec import catalog
+from kvoffload.build.errors import BuildError, ChapterError
+from kvoffload.build.extras import require_book_extras
 from kvoffload.spec.errors import InputError
-from kvoffload.spec.hardware import load_system, system_ids
-from kvoffload.spec.models import load_model, model_ids
-from kvoffload.spec.precision import WeightFormat, kv_format
-from kvoffload.spec.units import format_bytes
+
+# Each command imports what it uses when it runs: `kvoffload kv` on a core install (numpy,
+# pyyaml, pydantic) must not reach the book's optional dependencies.
 
 
 class _Parser(argparse.ArgumentParser):
@@ -45,6 +42,8 @@ def _print_json(obj: Any) -> None:
 
 # -- hardware --------------------------------------------------------------------------------
 def _hardware_list(_: argparse.Namespace) -> int:
+    from kvoffload.spec.hardware import load_system, system_ids
+
     width = max(len(i) for i in system_ids())
     for ident in system_ids():
         system = load_system(ident)
@@ -53,6 +52,9 @@ def _hardware_list(_: argparse.Namespace) -> int:
 
 
 def _hardware_show(args: argparse.Namespace) -> int:
+    from kvoffload.spec import catalog
+    from kvoffload.spec.hardware import load_system
+
     system = load_system(args.profile)
     if args.json:
         _print_json(system.to_json())
@@ -74,6 +76,8 @@ def _hardware_show(args: argparse.Namespace) -> int:
 
 
 def _hardware_validate(args: argparse.Namespace) -> int:
+    from kvoffload.spec.hardware import load_system
+
     system = load_system(args.file)
     counts: dict[str, int] = {}
     for fig in system.figures().values():
@@ -86,6 +90,7 @@ def _hardware_validate(args: argparse.Namespace) -> int:
 # -- models ---------------------------------------------------------------------------------
 def _model_json(model: Any) -> dict[str, Any]:
     from kvoffload.model.kv import bytes_per_token
+    from kvoffload.spec.precision import WeightFormat
 
     out = {
         "id": model.id,
@@ -125,6 +130,8 @@ def _model_json(model: Any) -> dict[str, Any]:
 
 
 def _models_list(_: argparse.Namespace) -> int:
+    from kvoffload.spec.models import load_model, model_ids
+
     for ident in model_ids():
         m = load_model(ident)
         print(
@@ -134,6 +141,9 @@ def _models_list(_: argparse.Namespace) -> int:
 
 
 def _models_show(args: argparse.Namespace) -> int:
+    from kvoffload.spec.models import load_model
+    from kvoffload.spec.units import format_bytes
+
     model = load_model(args.model)
     info = _model_json(model)
     if args.json:
@@ -177,6 +187,11 @@ def _models_show(args: argparse.Namespace) -> int:
 
 # -- kv ---------------------------------------------------------------------------------------
 def _kv(args: argparse.Namespace) -> int:
+    from kvoffload.model.kv import kv_size
+    from kvoffload.spec.models import load_model
+    from kvoffload.spec.precision import kv_format
+    from kvoffload.spec.units import format_bytes
+
     model = load_model(args.model)
     fmt = kv_format(args.dtype, field="--dtype")
     size = kv_size(model, args.seq, args.batch, fmt)
@@ -199,6 +214,7 @@ def _kv(args: argparse.Namespace) -> int:
 # -- predict ----------------------------------------------------------------------------------------
 def _predict(args: argparse.Namespace) -> int:
     from kvoffload.engines.scenario import load_scenario, predict
+    from kvoffload.spec.units import format_bytes
 
     result = predict(load_scenario(args.scenario), name=args.scenario)
     out = result.to_json()
@@ -220,8 +236,9 @@ def _predict(args: argparse.Namespace) -> int:
     )
     if out.get("policy"):
         print(f"  policy: {out['policy']}")
-    if out["tpot_ms_by_overlap"]:
-        modes = ", ".join(f"{k} {v:.2f} ms" for k, v in out["tpot_ms_by_overlap"].items())
+    by_mode = {k: v for k, v in out["tpot_ms_by_overlap"].items() if v is not None}
+    if by_mode:
+        modes = ", ".join(f"{k} {v:.2f} ms" for k, v in by_mode.items())
         print(f"  TPOT by overlap mode: {modes}")
     print(
         f"  memory: GPU {format_bytes(mem['gpu_bytes'])} of {format_bytes(mem['gpu_capacity_bytes'])}, "
@@ -261,15 +278,37 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 # -- measure ------------------------------------------------------------------------------------------
+def _progress(total: int, *, quiet: bool) -> tuple[Callable[[str], None], Callable[[], None]]:
+    """Return (step, close): a tqdm bar with the book extras, plain lines on stderr without."""
+    try:
+        from tqdm import tqdm
+    except ImportError:  # a core install
+        done = 0
+
+        def line(what: str) -> None:
+            nonlocal done
+            done += 1
+            if not quiet:
+                print(f"measuring [{done}/{total}] {what}", file=sys.stderr, flush=True)
+
+        return line, lambda: None
+    bar = tqdm(total=total, desc="measuring", unit="test", disable=quiet)
+
+    def step(what: str) -> None:
+        bar.set_postfix_str(what[:60])
+        bar.update(1)
+
+    return step, bar.close
+
+
 def _measure(args: argparse.Namespace) -> int:
     import os
     import socket
     import tempfile
 
     import yaml
-    from tqdm import tqdm
 
-    from kvoffload.spec.hardware import build_system
+    from kvoffload.spec import catalog
     from kvoffload.studies import measure
 
     if args.base not in catalog.systems():
@@ -281,22 +320,14 @@ def _measure(args: argparse.Namespace) -> int:
     out = Path(args.out or f"measured-{host}.yaml")
     plan = measure.Plan.quick() if args.quick else measure.Plan.full()
     steps = 5 + 1 + len(plan.request_sizes) * len(plan.queue_depths) + len(plan.gpu_sizes) + 2
-    bar = tqdm(total=steps, desc="measuring", unit="test", disable=args.quiet)
-
-    def progress(what: str) -> None:
-        bar.set_postfix_str(what[:60])
-        bar.update(1)
-
+    progress, done = _progress(steps, quiet=args.quiet)
     report = measure.run(quick=args.quick, directory=directory, progress=progress)
-    bar.close()
+    done()
     ident = "measured-" + "".join(c if c.isalnum() else "-" for c in host)
+    # validated against the hardware schema: a profile that would not load is never written
     raw = measure.profile(
         report, base=args.base, ident=ident, name=f"{host}, measured by kvoffload"
     )
-    raw = yaml.safe_load(
-        yaml.safe_dump(raw, sort_keys=False)
-    )  # plain floats, as the file will hold
-    build_system(raw, ident=ident, origin=str(out))  # refuse to write a profile that would not load
     fd, tmp = tempfile.mkstemp(dir=out.parent if str(out.parent) else ".", suffix=".yaml")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(
@@ -319,6 +350,7 @@ def _jobs(text: str) -> int:
 
 
 def _book(args: argparse.Namespace) -> int:
+    require_book_extras()
     from kvoffload.build.runner import find_root
     from kvoffload.build.site import build_book
 
@@ -335,8 +367,9 @@ def _book(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    require_book_extras()
+    from kvoffload.build.profile_run import run_for_profile
     from kvoffload.build.runner import find_root
-    from kvoffload.build.site import run_for_profile
 
     result = run_for_profile(
         find_root(),

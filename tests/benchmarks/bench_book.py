@@ -10,7 +10,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from kvoffload.build.site import build_book, run_for_profile
+from kvoffload.build.profile_run import run_for_profile
+from kvoffload.build.site import build_book
 from tests.conftest import copy_book_sources
 
 PROFILE = """id: bench-box

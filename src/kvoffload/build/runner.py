@@ -14,14 +14,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from kvoffload.build.errors import ChapterError
 from kvoffload.spec.errors import InputError
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the whole kvoffload package
 CACHE_META = "kvoffload"
-
-
-class ChapterError(RuntimeError):
-    """A chapter raised while executing: names the chapter, the profile and the cell."""
 
 
 @dataclass(frozen=True)

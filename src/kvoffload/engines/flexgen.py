@@ -12,13 +12,15 @@ that fits every tier.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from kvoffload.model import decode, kv
+from kvoffload.model import capacity, decode, kv
 from kvoffload.model.prediction import Prediction, Resolved, Scenario
+from kvoffload.spec import catalog
+from kvoffload.spec.errors import InputError
 
 COMPRESSED = (4 + 2 * 16 / 64) / 16  # 4-bit values plus an fp16 scale and minimum per group of 64
 # HBM bytes FlexGen's TorchCompressedDevice.decompress moves per fp16 byte it produces, counted op
@@ -26,8 +28,9 @@ COMPRESSED = (4 + 2 * 16 / 64) / 16  # 4-bit values plus an fp16 scale and minim
 #   packed >> 4 and packed & 0xF: read N/2, write N/2 each          -> 2N
 #   data[even] = ..., data[odd] = ...: read N/2, write N (fp16) each -> 3N
 #   data.div_(scale), data.add_(mn): read 2N, write 2N each          -> 8N
-# 13N bytes for 2N bytes of fp16: 6.5 per fp16 byte. No constant is fitted to a measurement.
-DEQUANT_TRAFFIC = 13 / 2
+# 13N bytes for 2N bytes of fp16: 6.5 per fp16 byte. No constant is fitted to a measurement; the
+# value, its kind and source are kept in catalog/engine_constants.yaml (flexgen.dequant_traffic).
+DEQUANT_TRAFFIC = float(catalog.load("engine_constants")["flexgen"]["dequant_traffic"]["value"])
 
 
 class Options(BaseModel):
@@ -157,7 +160,9 @@ def cost(sc: Scenario, pol: Policies, o: Options) -> Costs:
 
     # memory: weights and cache by share, a double buffer for streamed layers, one GPU batch's
     # cache in fp16 when attention runs on the GPU over cache held elsewhere
-    weights = float(lay.weight_bytes @ lay.count) * (COMPRESSED if o.compress_weight else 1.0)
+    weights = decode.step_weight_bytes(model, sc.setup.weights) * (
+        COMPRESSED if o.compress_weight else 1.0
+    )
     total_kv = (
         bls[:, 0]
         * (s + n)
@@ -210,9 +215,7 @@ def search(sc: Scenario) -> tuple[Policies, Costs, int]:
         hg=np.ones(len(grid)), hc=np.zeros(len(grid)), gbs=arr(lambda g: g[0]), nb=arr(lambda g: g[1]), cpu_att=arr(lambda g: g[4]),
     )  # fmt: skip
     costs = cost(sc, pol, sc.options)
-    fits = (costs.gpu_bytes <= sc.system.gpu_memory) & (costs.cpu_bytes <= sc.system.host_memory)
-    if sc.system.storage.capacity is not None:
-        fits &= costs.disk_bytes <= sc.system.storage.capacity.value
+    fits = capacity.fits(sc.system, costs.gpu_bytes, costs.cpu_bytes, costs.disk_bytes)
     if not fits.any():
         return pol, costs, -1
     best = int(np.argmax(np.where(fits, costs.throughput, -np.inf)))
@@ -234,8 +237,6 @@ def predict(sc: Scenario) -> Prediction:
     if searched:
         pol, costs, i = search(sc)
         if i < 0:
-            from kvoffload.spec.errors import InputError
-
             raise InputError(
                 "FlexGen's policy search found no policy that fits GPU, host memory and disk",
                 field="options",
@@ -274,8 +275,6 @@ def predict(sc: Scenario) -> Prediction:
         "compress_cache": sc.options.compress_cache,
         "searched": searched,
     }
-    from dataclasses import replace
-
     sc_eff = replace(sc, batch=int(batch))
     return Prediction(
         scenario=sc_eff,

@@ -51,8 +51,7 @@ def predict(sc: Scenario) -> Prediction:
         decode.Placement(kv=decode.Split(1 - share, share, 0.0), overlap="pipeline"),
     )
     pred = predict_setup(replace(sc, prompt=attended), setup)
-    lay = decode.layers(sc.model, sc.setup.weights)
-    weights = float(lay.weight_bytes @ lay.count)
+    weights = decode.step_weight_bytes(sc.model, sc.setup.weights)
     final = sc.prompt + sc.generate
     per_token = kv.bytes_per_token(sc.model, sc.setup.kv)
     on_gpu_tokens = min(final, o.n_init + o.n_local + o.cached_blocks * o.block_size)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -13,7 +12,7 @@ from kvoffload.model import decode
 from kvoffload.model.prediction import Prediction, Scenario, check_fits, predict_setup
 from kvoffload.spec.errors import InputError
 from kvoffload.spec.hardware import load_system
-from kvoffload.spec.inputs import load_mapping
+from kvoffload.spec.inputs import is_finite_number, load_mapping
 from kvoffload.spec.models import load_model
 from kvoffload.spec.precision import KvFormat, WeightFormat, kv_format, weight_format
 
@@ -32,7 +31,7 @@ class SplitIn(BaseModel):
     @field_validator("gpu", "cpu", "disk", mode="before")
     @classmethod
     def _number(cls, v: Any) -> Any:
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        if not is_finite_number(v):
             raise ValueError(f"must be a number from 0 to 1, got {v!r}")
         return v
 

@@ -30,8 +30,7 @@ class Options(BaseModel):
 def predict(sc: Scenario) -> Prediction:
     """Return vLLM's prediction: weights streamed over the link (UVA) in every step, prefix reuse."""
     o = sc.options
-    lay = decode.layers(sc.model, sc.setup.weights)
-    weights = float(lay.weight_bytes @ lay.count)
+    weights = decode.step_weight_bytes(sc.model, sc.setup.weights)
     off = min(o.cpu_offload_gb * GiB / weights, 1.0)
     # UVA: kernels read the offloaded weights over the link as they run, so nothing overlaps
     placement = decode.Placement(

@@ -16,7 +16,8 @@ from functools import cache
 import numpy as np
 from numpy.typing import ArrayLike
 
-from kvoffload.model import kv
+from kvoffload.model import capacity, kv
+from kvoffload.model.search import largest_true
 from kvoffload.model.transfer import link_time
 from kvoffload.spec.hardware import System
 from kvoffload.spec.models import Model
@@ -135,17 +136,16 @@ def layers(model: Model, weights: WeightFormat) -> Layers:
     attn = 2 * model.n_heads * (model.head_dim + model.v_head_dim)
     if model.mla:  # absorbed MLA attends over the latent
         attn = 2 * model.n_heads * (2 * model.mla.kv_lora_rank + model.mla.qk_rope_head_dim)
-    keys = []
-    for i in range(model.n_layers):
-        w = model.layer_windows[i]
-        keys.append(
-            (
-                np.inf if w is None else float(w),
-                float(wb.per_layer[i]),
-                float(per_layer_expert[i]),
-                float(active_params[i]),
-            )
+    spans = model.windows
+    keys = [
+        (
+            float(spans[i]),
+            float(wb.per_layer[i]),
+            float(per_layer_expert[i]),
+            float(active_params[i]),
         )
+        for i in range(model.n_layers)
+    ]
     unique = list(dict.fromkeys(keys))
     order = [unique.index(key) for key in keys]
     # tied embeddings: the output projection reads the embedding table, every step
@@ -309,11 +309,6 @@ class Step:
     total: np.ndarray
     streams: dict[str, np.ndarray]
 
-    @property
-    def bottleneck(self) -> np.ndarray:
-        """Return the index into STREAMS of the stream with the most work."""
-        return np.argmax(np.stack([self.streams[k] for k in STREAMS]), axis=0)
-
 
 def step(
     setup: Setup, context: ArrayLike, batch: ArrayLike = 1, overlap: str | None = None
@@ -366,7 +361,8 @@ def ttft(setup: Setup, prompt: ArrayLike, batch: ArrayLike = 1) -> np.ndarray:
     """Return the prefill time (s): compute-bound matmuls and attention, weights streamed once."""
     sysm, p = setup.system, setup.placement
     hbm = sysm.gpu.streaming_bandwidth
-    weights, kv_total = _totals(setup, prompt, batch)
+    weights = step_weight_bytes(setup.model, setup.weights)
+    kv_total = _kv_total(setup, prompt, batch)
     compute = np.maximum(
         prefill_flops(setup.model, prompt, batch) / sysm.compute_rate, weights / hbm
     )
@@ -384,27 +380,36 @@ def ttft(setup: Setup, prompt: ArrayLike, batch: ArrayLike = 1) -> np.ndarray:
     return np.maximum(compute, np.maximum(w_in, kv_out))
 
 
-def _totals(setup: Setup, context: ArrayLike, batch: ArrayLike) -> tuple[float, np.ndarray]:
-    """Return all weight bytes the step reads and the batch's KV bytes at ``context``."""
-    lay = layers(setup.model, setup.weights)
+def _kv_total(setup: Setup, context: ArrayLike, batch: ArrayLike) -> np.ndarray:
+    """Return the batch's KV bytes at ``context`` as the engine stores them."""
     kv_total = kv.batch_bytes(
         setup.cache_model,
         np.asarray(context, dtype=np.int64),
         np.asarray(batch, dtype=np.int64),
         setup.kv,
     )
-    return float(lay.weight_bytes @ lay.count), kv_total.astype(np.float64)
+    return kv_total.astype(np.float64)
 
 
-def resident_weight_bytes(model: Model, weights: WeightFormat) -> float:
-    """Return the weight bytes a tier must hold: those a step reads plus the embedding table.
+def step_weight_bytes(model: Model, weights: WeightFormat) -> float:
+    """Return the weight bytes one decode step reads: every layer and the output head (B).
 
-    A decode step reads one embedding row per token, so the table is left out of the bytes read
-    per step, but it still takes memory wherever the weights live.
+    The embedding table is left out (a step reads one row of it per token); with tied embeddings
+    the head reads the table, so it is in.
     """
     lay = layers(model, weights)
+    return float(lay.weight_bytes @ lay.count)
+
+
+@cache
+def resident_weight_bytes(model: Model, weights: WeightFormat) -> float:
+    """Return the weight bytes a tier must hold: those a step reads plus the embedding table (B).
+
+    This is every tensor of the model (the ``total`` of its weight bytes): the table takes memory
+    wherever the weights live even though a step reads only one row of it per token.
+    """
     table = 0 if model.tie_embeddings else model.weight_bytes(weights).embedding
-    return float(lay.weight_bytes @ lay.count) + float(table)
+    return step_weight_bytes(model, weights) + float(table)
 
 
 @dataclass(frozen=True)
@@ -421,7 +426,7 @@ def memory(setup: Setup, context: ArrayLike, batch: ArrayLike = 1) -> Memory:
     """Return what each tier must hold at ``context`` tokens for ``batch`` requests."""
     p = setup.placement
     lay = layers(setup.model, setup.weights)
-    _, kv_total = _totals(setup, context, batch)
+    kv_total = _kv_total(setup, context, batch)
     weights = resident_weight_bytes(setup.model, setup.weights)
     s = np.asarray(context, dtype=np.float64)[..., None]
     b = np.asarray(batch, dtype=np.float64)[..., None]
@@ -453,18 +458,6 @@ def hidden_tokens(setup: Setup, context: ArrayLike, batch: ArrayLike = 1) -> np.
     return np.floor(gpu * rate / per_token)
 
 
-def _bisect(ok, shape: tuple[int, ...], limit: int) -> np.ndarray:
-    """Return the largest integer n in [0, limit] with ok(n) true, per element (ok monotone)."""
-    lo = np.zeros(shape)
-    hi = np.full(shape, float(limit))
-    for _ in range(int(np.ceil(np.log2(limit))) + 1):
-        mid = np.floor((lo + hi + 1) / 2)
-        good = ok(mid)
-        lo = np.where(good, mid, lo)
-        hi = np.where(good, hi, mid - 1)
-    return lo.astype(np.int64)
-
-
 def max_context(
     setup: Setup, budget_s: ArrayLike, batch: ArrayLike = 1, *, limit: int = 10_000_000
 ) -> np.ndarray:
@@ -472,7 +465,7 @@ def max_context(
     budget, b = np.broadcast_arrays(
         np.asarray(budget_s, dtype=np.float64), np.asarray(batch, dtype=np.float64)
     )
-    return _bisect(lambda s: step(setup, s, b).total <= budget, budget.shape, limit)
+    return largest_true(lambda s: step(setup, s, b).total <= budget, budget.shape, limit)
 
 
 def max_batch(
@@ -482,14 +475,13 @@ def max_batch(
     ctx, budget = np.broadcast_arrays(
         np.asarray(context, dtype=np.float64), np.asarray(budget_s, dtype=np.float64)
     )
-    sysm = setup.system
 
     def ok(b: np.ndarray) -> np.ndarray:
-        mem = memory(setup, ctx.astype(np.int64), b.astype(np.int64))
-        fits = (mem.gpu <= sysm.gpu_memory) & (mem.cpu <= sysm.host_memory)
+        mem = memory(setup, ctx.astype(np.int64), b)
+        fits = capacity.fits(setup.system, mem.gpu, mem.cpu, mem.disk)
         return (b >= 1) & fits & (step(setup, ctx, np.maximum(b, 1)).total <= budget)
 
-    return _bisect(ok, ctx.shape, limit)
+    return largest_true(ok, ctx.shape, limit)
 
 
 def knee_context(setup: Setup, batch: ArrayLike = 1, *, limit: int = 10_000_000) -> np.ndarray:
@@ -500,7 +492,7 @@ def knee_context(setup: Setup, batch: ArrayLike = 1, *, limit: int = 10_000_000)
         st = step(setup, s, b).streams
         return st["h2d"] <= st["gpu"]
 
-    return _bisect(ok, b.shape, limit)
+    return largest_true(ok, b.shape, limit)
 
 
 def spill(setup: Setup, context: ArrayLike, batch: ArrayLike = 1) -> Setup:
@@ -510,7 +502,7 @@ def spill(setup: Setup, context: ArrayLike, batch: ArrayLike = 1) -> Setup:
     overflow would do. The weights' placement is kept.
     """
     p = setup.placement
-    _, kv_total = _totals(setup, context, batch)
+    kv_total = _kv_total(setup, context, batch)
     weights = resident_weight_bytes(setup.model, setup.weights) * p.weights.gpu
     free = setup.system.gpu_memory - weights
     # the streamed layer needs a staging buffer as large as one layer's share of the cache

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
+from kvoffload.model.search import largest_true
 from kvoffload.spec.models import Model
 from kvoffload.spec.precision import KvFormat, kv_vector_bytes
 
@@ -115,16 +116,7 @@ def max_context(
     Vectorised over budget and batch (broadcast). 0 means not even one token fits; ``limit``
     means the cache stops growing before it (every layer slides) or fits up to ``limit`` tokens.
     """
-    budget = np.asarray(budget_bytes, dtype=np.float64)
-    b = np.asarray(batch, dtype=np.int64)
-    budget, b = np.broadcast_arrays(budget, b)
-    lo = np.zeros(budget.shape, dtype=np.int64)  # always fits (0 tokens)
-    hi = np.full(budget.shape, limit, dtype=np.int64)
-    fits_all = batch_bytes(model, hi, b, fmt) <= budget
-    # bisection on a monotone step function: lo fits, hi does not
-    for _ in range(int(np.ceil(np.log2(limit))) + 1):
-        mid = (lo + hi + 1) // 2
-        ok = batch_bytes(model, mid, b, fmt) <= budget
-        lo = np.where(ok, mid, lo)
-        hi = np.where(ok, hi, mid - 1)
-    return np.where(fits_all, limit, lo)
+    budget, b = np.broadcast_arrays(
+        np.asarray(budget_bytes, dtype=np.float64), np.asarray(batch, dtype=np.int64)
+    )
+    return largest_true(lambda s: batch_bytes(model, s, b, fmt) <= budget, budget.shape, limit)

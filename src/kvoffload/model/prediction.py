@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from kvoffload.model import decode
+from kvoffload.model import capacity, decode
 from kvoffload.spec.errors import InputError
 from kvoffload.spec.hardware import System
 from kvoffload.spec.models import Model
@@ -111,7 +111,12 @@ class Prediction:
                 "cpu_ms": st["cpu"] * 1e3,
                 "disk_ms": (st["disk_read"] + st["disk_write"]) * 1e3,
             },
-            "tpot_ms_by_overlap": {k: v * 1e3 for k, v in self.by_overlap_s.items()},
+            # every mode, null where the engine fixes its own overlap and the step model's
+            # alternatives do not apply to it
+            "tpot_ms_by_overlap": {
+                m: (self.by_overlap_s[m] * 1e3 if m in self.by_overlap_s else None)
+                for m in decode.OVERLAP_MODES
+            },
             "memory": {
                 "gpu_bytes": int(self.memory.gpu),
                 "cpu_bytes": int(self.memory.cpu),
@@ -128,13 +133,8 @@ class Prediction:
 
 def shortfalls(system: System, mem: decode.Memory) -> list[tuple[str, float, float]]:
     """Return (tier, bytes needed, bytes there) for every tier the memory overflows."""
-    tiers = [
-        ("GPU memory", mem.gpu, system.gpu_memory),
-        ("host memory", mem.cpu, system.host_memory),
-    ]
-    if system.disk_capacity is not None:
-        tiers.append(("disk", mem.disk, system.disk_capacity))
-    return [(t, float(need), have) for t, need, have in tiers if float(need) > have]
+    tiers = capacity.tiers(system, mem.gpu, mem.cpu, mem.disk)
+    return [(t, float(need), have) for t, need, have in tiers if not capacity.within(need, have)]
 
 
 def check_fits(sc: Scenario, mem: decode.Memory, name: str = "scenario") -> None:

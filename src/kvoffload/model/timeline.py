@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from kvoffload.model.decode import STREAMS, Setup, layers, stream_times
 
@@ -97,20 +96,3 @@ def simulate(
 def makespan(events: list[Event]) -> float:
     """Return when the last event ends."""
     return max((e.end for e in events), default=0.0)
-
-
-def frame(events: list[Event]) -> pd.DataFrame:
-    """Return the events as a table in milliseconds, for a Gantt chart."""
-    return pd.DataFrame(
-        [
-            {
-                "resource": e.resource,
-                "layer": e.layer,
-                "task": e.task,
-                "start_ms": e.start * 1e3,
-                "end_ms": e.end * 1e3,
-                "ms": (e.end - e.start) * 1e3,
-            }
-            for e in events
-        ]
-    )

@@ -53,19 +53,6 @@ def nvme_bandwidth(
     return rate
 
 
-def nvme_read_time(
-    storage: Storage,
-    nbytes: ArrayLike,
-    *,
-    request_bytes: ArrayLike | None = None,
-    queue_depth: ArrayLike = 1,
-) -> np.ndarray:
-    """Return seconds to read ``nbytes``: sequentially, or in requests of ``request_bytes``."""
-    if request_bytes is None:
-        return transfer_time(nbytes, storage.read_bandwidth.value, storage.read_latency.value)
-    return transfer_time(nbytes, nvme_bandwidth(storage, request_bytes, queue_depth))
-
-
 @dataclass(frozen=True)
 class Tier:
     """One memory tier as the article tabulates it: a raw rating and an achievable rate."""

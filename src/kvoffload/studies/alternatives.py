@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from kvoffload.model import decode, kv
+from kvoffload.model import capacity, decode, kv
+from kvoffload.model.search import largest_true
 from kvoffload.spec import catalog
 from kvoffload.spec.hardware import System
 from kvoffload.spec.models import Model
@@ -115,10 +116,9 @@ def host_bytes(
 def fits(
     system: System, model: Model, option: Option, context: ArrayLike, batch: ArrayLike = 1
 ) -> np.ndarray:
-    """Return whether GPU and host memory hold an option at (context, batch)."""
+    """Return whether every tier (GPU, host memory, disk) holds an option at (context, batch)."""
     mem = _memory(system, model, option, context, batch)
-    gpu_ok = mem.gpu <= system.gpu_memory
-    return gpu_ok & (mem.cpu <= system.host_memory)
+    return capacity.fits(system, mem.gpu, mem.cpu, mem.disk)
 
 
 def tpot(
@@ -138,23 +138,15 @@ def ttft(system: System, model: Model, option: Option, context: int, batch: int 
 
 def longest_context(system: System, model: Model, option: Option, batch: int = 1) -> int:
     """Return the longest context one option holds in GPU memory (host memory for offload)."""
-    weights = float(model.weight_bytes(option.weights).total)
+    weights = decode.resident_weight_bytes(model, option.weights)
     budget = system.host_memory if option.kv_on_host else system.gpu_memory - weights
     return int(kv.max_context(model, max(budget, 0.0), batch, option.kv))
 
 
 def largest_batch(system: System, model: Model, option: Option, context: int) -> int:
-    """Return the most requests that fit at ``context`` (0 when not even one does)."""
-    lo, hi = 0, 1
-    while hi < 1 << 20 and bool(fits(system, model, option, context, hi)):
-        lo, hi = hi, hi * 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if bool(fits(system, model, option, context, mid)):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    """Return the most requests that fit at ``context``, below 2**20 (0 when not even one does)."""
+    ok = lambda b: fits(system, model, option, context, b)  # noqa: E731
+    return int(largest_true(ok, (), (1 << 20) - 1))
 
 
 def comparison(system: System, model: Model, context: int, batch: int = 1) -> pd.DataFrame:
@@ -188,8 +180,16 @@ def comparison(system: System, model: Model, context: int, batch: int = 1) -> pd
     return pd.DataFrame(rows)
 
 
+DECISION_CONTEXTS = (4_000, 8_000, 16_000, 32_000, 64_000, 128_000, 256_000, 512_000)  # tokens
+DECISION_BATCHES = (1, 2, 4, 8, 16, 32, 64)  # requests
+
+
 def decision_grid(
-    system: System, model: Model, contexts: np.ndarray, batches: np.ndarray, budget_s: float
+    system: System,
+    model: Model,
+    contexts: ArrayLike = DECISION_CONTEXTS,
+    batches: ArrayLike = DECISION_BATCHES,
+    budget_s: float = 0.05,
 ) -> pd.DataFrame:
     """Return, per (context, batch), the option meeting the TPOT budget with the least GPU memory."""
     ctx = np.asarray(contexts, dtype=np.float64)[:, None]
@@ -209,6 +209,80 @@ def decision_grid(
     best = np.where(base_ok & (best == "none"), base.name, best)
     cc, bb = np.meshgrid(np.asarray(contexts), np.asarray(batches), indexing="ij")
     return pd.DataFrame({"context": cc.ravel(), "batch": bb.ravel(), "choice": best.ravel()})
+
+
+@dataclass(frozen=True)
+class DecisionSummary:
+    """How often each choice wins in a decision grid."""
+
+    top_sentence: str  # the most frequent choice and its share of the cells, as a clause
+    offload_cells: int  # cells where offloading the cache is the least-memory choice
+    none_cells: int  # cells where no option both fits and meets the budget
+    cells: int
+
+
+def decision_summary(grid: pd.DataFrame) -> DecisionSummary:
+    """Return the most frequent choice of a ``decision_grid``, and the offload and empty cells."""
+    counts = grid["choice"].value_counts()
+    chosen = counts.drop("none", errors="ignore")
+    top = (
+        f"{chosen.index[0]} is the least-memory choice in {chosen.iloc[0] / len(grid):.0%} of the cells"
+        if len(chosen)
+        else "no option meets the budget in any cell"
+    )
+    return DecisionSummary(
+        top_sentence=top,
+        offload_cells=int(counts.get(OPTIONS[1].name, 0)),
+        none_cells=int(counts.get("none", 0)),
+        cells=len(grid),
+    )
+
+
+@dataclass(frozen=True)
+class Headline:
+    """Offloading the cache against bf16 on the GPU and W4A16 with INT8 KV, from a comparison."""
+
+    base_tpot_ms: float
+    offload_tpot_ms: float
+    offload_saved: str  # GPU memory offloading frees, formatted
+    w4kv8_tpot_ms: float
+    w4kv8_saved: str
+    reach: str  # a sentence: how far a smaller cache stretches the context and the batch
+
+    @property
+    def offload_x(self) -> float:
+        """Return the offloaded step over the step with everything on the GPU."""
+        return self.offload_tpot_ms / self.base_tpot_ms
+
+
+def headline(frame: pd.DataFrame) -> Headline:
+    """Return the comparison's headline figures and the sentence on context and batch reach."""
+    rows = frame.set_index("key")
+    base_ctx = int(rows.loc["bf16", "longest context, batch 1"])
+    kv4_ctx = int(rows.loc["kv_int4", "longest context, batch 1"])
+    base_b, kv8_b = (
+        int(rows.loc["bf16", "largest batch"]),
+        int(rows.loc["kv_int8", "largest batch"]),
+    )
+    if base_ctx == 0:
+        fitting = ", ".join(frame.loc[frame["fits"], "option"]) or "none"
+        reach = (
+            "With bf16 weights the model does not fit this GPU at all; of the options, "
+            f"{fitting} fit at this context."
+        )
+    else:
+        reach = (
+            f"An INT4 cache stretches the longest context that fits from {base_ctx:,} to {kv4_ctx:,} "
+            f"tokens; an INT8 cache lifts the largest batch at this context from {base_b} to {kv8_b}."
+        )
+    return Headline(
+        base_tpot_ms=float(rows.loc["bf16", "TPOT (ms)"]),
+        offload_tpot_ms=float(rows.loc["offload", "TPOT (ms)"]),
+        offload_saved=str(rows.loc["offload", "GPU memory saved"]),
+        w4kv8_tpot_ms=float(rows.loc["w4_kv8", "TPOT (ms)"]),
+        w4kv8_saved=str(rows.loc["w4_kv8", "GPU memory saved"]),
+        reach=reach,
+    )
 
 
 ARTICLE_ROWS = {"offload": "offload", "w4a16": "w4a16", "kv_int8": "kv_int8", "rag": "rag8k"}
@@ -237,6 +311,27 @@ def article_table(system: System, model: Model, context: int, batch: int = 1) ->
     return pd.DataFrame(rows)
 
 
+@dataclass(frozen=True)
+class ArticleFour:
+    """The article's four methods, as this machine ranks them."""
+
+    most_saving: str  # the option that frees the most GPU memory
+    slower: str  # the options that make decode slower, listed ("none of them" if none)
+    quant_gain: float  # the smallest TPOT gain (share) of the two quantised options
+
+
+def article_four(frame: pd.DataFrame) -> ArticleFour:
+    """Return which of the article's four methods saves most, which slow decode, what quantising gains."""
+    four = frame.set_index("key").loc[list(ARTICLE_ROWS.values())]
+    slower = four.loc[four["TPOT change"] > 0, "option"].tolist()
+    quant = four.loc[["w4a16", "kv_int8"], "TPOT change"]
+    return ArticleFour(
+        most_saving=str(four.loc[four["saved_bytes"].idxmax(), "option"]),
+        slower=", ".join(slower) if slower else "none of them",
+        quant_gain=float(-quant.max()),
+    )
+
+
 def int4_checkpoints(model: Model) -> pd.DataFrame:
     """Return the weight bytes of an AWQ/GPTQ int4 checkpoint beside a GGUF Q4_K_M file, by part."""
     rows = []
@@ -258,3 +353,17 @@ def int4_checkpoints(model: Model) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class Int4Bits:
+    """Bits per parameter of the two kinds of 4-bit checkpoint."""
+
+    awq_gptq: float
+    q4_k_m: float
+
+
+def int4_bits(model: Model) -> Int4Bits:
+    """Return the bits per parameter of an AWQ/GPTQ int4 checkpoint and of a GGUF Q4_K_M file."""
+    bits = int4_checkpoints(model)["bits per parameter"]
+    return Int4Bits(awq_gptq=float(bits.iloc[1]), q4_k_m=float(bits.iloc[2]))

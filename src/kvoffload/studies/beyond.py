@@ -3,10 +3,13 @@ the floor that no link removes (the GPU's own work, layer after layer)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
 from kvoffload.model import decode
+from kvoffload.model.search import smallest_true_log
 from kvoffload.spec import catalog
 from kvoffload.spec.figures import Figure, Kind
 from kvoffload.spec.hardware import System, build_part
@@ -112,17 +115,8 @@ UNLIMITED = 1e16  # B/s: a link so fast its copy time is nil; what remains is th
 
 def _solve(tpot_at, budget_s: float) -> float:
     """Return the smallest rate (B/s) with tpot_at(rate) <= budget_s; inf when none does."""
-    hi = UNLIMITED
-    if tpot_at(hi) > budget_s:
-        return float("inf")
-    lo = 1e6
-    for _ in range(80):  # bisection in log space: TPOT falls as the rate rises
-        mid = np.sqrt(lo * hi)
-        if tpot_at(mid) <= budget_s:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    # TPOT falls as the rate rises: bisect in log space from 1 MB/s to an unlimited link
+    return smallest_true_log(lambda rate: tpot_at(rate) <= budget_s, 1e6, UNLIMITED, iters=80)
 
 
 def required_table(
@@ -174,6 +168,78 @@ def verdict(
     out["hbm_ms"] = float(decode.step(decode.Setup(system, model), context, batch).total) * 1e3
     out["changes"] = bool(out["own_perfect_meets"]) and not bool(out["pcie4_perfect_meets"])
     return out
+
+
+@dataclass(frozen=True)
+class VerdictWords:
+    """A ``verdict`` in words: whether each link meets the budget, whether the link matters."""
+
+    own_meets: str  # 'meets' or 'misses', with perfect overlap over this machine's link
+    pcie4_meets: str  # the same over PCIe 4.0 x16
+    changes: str  # 'changes the conclusion' or 'does not change the conclusion'
+
+
+def verdict_words(v: dict[str, float | bool | str]) -> VerdictWords:
+    """Return a ``verdict`` as the words a sentence needs."""
+    return VerdictWords(
+        own_meets="meets" if v["own_perfect_meets"] else "misses",
+        pcie4_meets="meets" if v["pcie4_perfect_meets"] else "misses",
+        changes="changes the conclusion" if v["changes"] else "does not change the conclusion",
+    )
+
+
+@dataclass(frozen=True)
+class LinkFindings:
+    """PCIe 4.0, PCIe 5.0 and NVLink-C2C side by side, from a ``link_rows`` frame."""
+
+    pcie4_ms: float  # offloaded TPOT, no overlap
+    pcie5_ms: float
+    pcie5_ratio: float  # PCIe 5.0 link time over the GPU's work
+    c2c_ms: float  # NVLink-C2C (Grace <-> Hopper)
+    c2c_ratio: float
+
+    @property
+    def pcie5_gain(self) -> float:
+        """Return how many times faster the offloaded step is over PCIe 5.0 than over PCIe 4.0."""
+        return self.pcie4_ms / self.pcie5_ms
+
+
+def link_findings(links: pd.DataFrame) -> LinkFindings:
+    """Return the PCIe 4.0, PCIe 5.0 and NVLink-C2C rows' TPOT and link-over-GPU ratios."""
+    by = links.set_index("link")
+    c2c = next(n for n in by.index if n.startswith("NVLink-C2C (Grace CPU <-> Hopper"))
+    tpot = "TPOT, no overlap (ms)"
+    return LinkFindings(
+        pcie4_ms=float(by.loc["PCIe 4.0 x16", tpot]),
+        pcie5_ms=float(by.loc["PCIe 5.0 x16", tpot]),
+        pcie5_ratio=float(by.loc["PCIe 5.0 x16", "link / GPU work"]),
+        c2c_ms=float(by.loc[c2c, tpot]),
+        c2c_ratio=float(by.loc[c2c, "link / GPU work"]),
+    )
+
+
+@dataclass(frozen=True)
+class NeedFindings:
+    """The link one (context, batch) needs, and how many cases no link can serve."""
+
+    perfect_gbs: float  # needed with perfect overlap (GB/s; inf: no link suffices)
+    none_gbs: float  # needed without overlap
+    own_gbs: float  # this machine's link
+    n_floor: int  # cases where no link meets the budget
+    n_rows: int
+
+
+def need_findings(need: pd.DataFrame, context: int = 128_000, batch: int = 1) -> NeedFindings:
+    """Return, from a ``required_table``, one case's needed rate and the count of unreachable cases."""
+    row = need[(need["context"] == context) & (need["batch"] == batch)].iloc[0]
+    perfect = "needed, perfect overlap (GB/s)"
+    return NeedFindings(
+        perfect_gbs=float(row[perfect]),
+        none_gbs=float(row["needed, no overlap (GB/s)"]),
+        own_gbs=float(row["this link (GB/s)"]),
+        n_floor=int(np.isinf(need[perfect]).sum()),
+        n_rows=len(need),
+    )
 
 
 def source_ids() -> tuple[str, ...]:

@@ -335,46 +335,9 @@ def sections() -> list[str]:
     return list(dict.fromkeys(c.section for c in load_claims()))
 
 
-# -- presentation ---------------------------------------------------------------------------------
 def summary() -> dict[str, int]:
     """Return how many claims got each verdict."""
     counts = dict.fromkeys(VERDICTS, 0)
     for c in load_claims():
         counts[c.verdict] += 1
     return counts
-
-
-def _source_link(source: str) -> str:
-    entry = catalog.sources().get(source)
-    if not entry:
-        return ""
-    title = entry.get("title", source)
-    return f"[{title}]({entry['url']})" if entry.get("url") else title
-
-
-_BADGE = {
-    "holds": "✅ holds",
-    "imprecise": "🟡 imprecise",
-    "wrong": "❌ wrong",
-    "not verifiable": "❔ not verifiable",
-}
-
-
-def section_markdown(section: str) -> str:
-    """Return Markdown for one section's claims: quote, gloss, both values, verdict, reason, source."""
-    blocks = []
-    for c in (x for x in load_claims() if x.section == section):
-        value = c.recomputed()
-        lines = [f"**{c.gloss}** — {_BADGE[c.verdict]}", "", f"> {c.quote}", ""]
-        if c.claimed is not None:
-            lines.append(f"The article: {c.claimed_text()} · recomputed: **{c.show(value)}**")
-            lines.append("")
-        lines.append(c.reason)
-        if c.correct:
-            lines += ["", f"Correct: {c.correct}"]
-        if c.conclusion:
-            lines += ["", f"*What changes:* {c.conclusion}"]
-        if c.source:
-            lines += ["", f"Source: {_source_link(c.source)}"]
-        blocks.append("\n".join(lines))
-    return "\n\n---\n\n".join(blocks)

@@ -19,9 +19,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
+from pydantic import BaseModel
 
 from kvoffload import __version__
 from kvoffload.spec import catalog
+from kvoffload.spec.errors import InputError
+from kvoffload.spec.hardware import (
+    PART_MODELS,
+    Gpu,
+    Host,
+    Link,
+    Storage,
+    build_system,
+    load_system,
+)
 from kvoffload.spec.units import format_bandwidth, format_bytes
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
@@ -73,6 +85,14 @@ class Report:
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+
+def _key(part: type[BaseModel], name: str) -> str:
+    """Return 'part.field' for a field of a hardware part's schema; refuse a field it lacks."""
+    kind = next(k for k, model in PART_MODELS.items() if model is part)
+    if name not in part.model_fields:
+        raise ValueError(f"the {kind} schema has no field {name!r}")
+    return f"{kind}.{name}"
 
 
 def _provenance(what: str) -> str:
@@ -145,17 +165,19 @@ def host_memory(plan: Plan, report: Report, progress: Callable[[str], None]) -> 
         },
     ]
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    report.figures["host.memory"] = _figure(f"{total} B", "os.sysconf physical pages x page size")
+    report.figures[_key(Host, "memory")] = _figure(
+        f"{total} B", "os.sysconf physical pages x page size"
+    )
     best = max(read_n, read1)
-    report.figures["host.memory_bandwidth"] = _figure(
+    report.figures[_key(Host, "memory_bandwidth")] = _figure(
         _gbps(best),
         f"numpy sum over {format_bytes(src.nbytes, binary=True)}, {cores} threads",
         f"single thread {_gbps(read1)}",
     )
-    report.figures["host.flops"] = _figure(
+    report.figures[_key(Host, "flops")] = _figure(
         f"{flops / 1e9:.4g} GFLOP/s", "numpy float32 1024x1024 matmul", "BLAS threads as configured"
     )
-    report.figures["host.cores"] = {"value": cores}
+    report.figures[_key(Host, "cores")] = {"value": cores}
 
 
 # -- storage ----------------------------------------------------------------------------------------
@@ -268,11 +290,11 @@ def storage(plan: Plan, report: Report, progress: Callable[[str], None], directo
             os.close(fd)
     report.tables["storage_random_reads"] = rows
     how = "O_DIRECT" if direct else "buffered, page cache dropped"
-    report.figures["storage.read_bandwidth"] = _figure(
+    report.figures[_key(Storage, "read_bandwidth")] = _figure(
         _gbps(seq),
         f"sequential 1 MiB preadv over {format_bytes(plan.file_bytes, binary=True)}, {how}",
     )
-    report.figures["storage.write_bandwidth"] = _figure(
+    report.figures[_key(Storage, "write_bandwidth")] = _figure(
         _gbps(write), "sequential 1 MiB writes then fsync"
     )
     qd1 = next(
@@ -280,12 +302,12 @@ def storage(plan: Plan, report: Report, progress: Callable[[str], None], directo
     )
     small = min(plan.request_sizes)
     latency = max(small / (qd1["gb_s"] * 1e9) - small / seq, 1e-7)
-    report.figures["storage.read_latency"] = _figure(
+    report.figures[_key(Storage, "read_latency")] = _figure(
         f"{latency * 1e6:.4g} us",
         f"{format_bytes(small, binary=True)} random reads at queue depth 1, {how}",
     )
     iops = max(r["gb_s"] * 1e9 / small for r in rows if r["request_bytes"] == small)
-    report.figures["storage.random_read_iops"] = _figure(
+    report.figures[_key(Storage, "random_read_iops")] = _figure(
         f"{iops:.4g} /s",
         f"{format_bytes(small, binary=True)} random reads, best queue depth, {how}",
     )
@@ -338,26 +360,26 @@ def gpu(plan: Plan, report: Report, progress: Callable[[str], None]) -> None:
         - min(plan.gpu_sizes) / (pinned_big["h2d_gb_s"] * 1e9),
         1e-7,
     )
-    report.figures["link.h2d_bandwidth"] = _figure(
+    report.figures[_key(Link, "h2d_bandwidth")] = _figure(
         _gbps(pinned_big["h2d_gb_s"] * 1e9),
         f"torch pinned copy_ of {format_bytes(big, binary=True)}",
     )
-    report.figures["link.d2h_bandwidth"] = _figure(
+    report.figures[_key(Link, "d2h_bandwidth")] = _figure(
         _gbps(pinned_big["d2h_gb_s"] * 1e9),
         f"torch pinned copy_ of {format_bytes(big, binary=True)}",
     )
-    report.figures["link.pageable_bandwidth"] = _figure(
+    report.figures[_key(Link, "pageable_bandwidth")] = _figure(
         _gbps(pageable_big["h2d_gb_s"] * 1e9),
         f"torch pageable copy_ of {format_bytes(big, binary=True)}",
     )
-    report.figures["link.latency"] = _figure(
+    report.figures[_key(Link, "latency")] = _figure(
         f"{latency * 1e6:.4g} us", "smallest pinned copy minus its share of the large-copy rate"
     )
     progress("GPU: device memory bandwidth")
     x = torch.empty(big // 2, dtype=torch.uint8, device=dev)
     y = torch.empty_like(x)
     hbm = 2 * x.numel() / timed(lambda: y.copy_(x))
-    report.figures["gpu.memory_bandwidth_achievable"] = _figure(
+    report.figures[_key(Gpu, "memory_bandwidth_achievable")] = _figure(
         _gbps(hbm), "torch device copy_, read + write counted"
     )
     progress("GPU: one attention step over a cache on the GPU and streamed from pinned host memory")
@@ -436,39 +458,47 @@ def run_plan(
 
 
 def profile(report: Report, *, base: str, ident: str, name: str) -> dict[str, Any]:
-    """Return a profile mapping: measured figures over the ``base`` catalog system's parts."""
-    systems = catalog.systems()
-    base_raw = systems[base]
+    """Return the profile mapping to write, checked against the hardware schema before it is.
+
+    Measured figures go over the ``base`` catalog system's parts; a part measured whole (every
+    required field of its schema) replaces the base's. InputError when it would not load.
+    """
+    base_raw = catalog.systems()[base]
+    measured: dict[str, dict[str, Any]] = {}
+    for key, fig in report.figures.items():
+        kind, fld = key.split(".")
+        measured.setdefault(kind, {})[fld] = fig if "kind" in fig else fig["value"]
+    names = {
+        "host": f"this machine's host ({platform.processor() or platform.machine()})",
+        "storage": "the measured filesystem's device",
+    }
     out: dict[str, Any] = {
         "id": ident,
         "name": name,
         "description": f"Measured by kvoffload measure; parts it could not measure come from {base}.",
     }
-    parts: dict[str, Any] = {}
-    for key, fig in report.figures.items():
-        part, fld = key.split(".")
-        parts.setdefault(part, {})[fld] = fig["value"] if fld == "cores" else fig
-    if "host" in parts:  # a measured host is written whole: the base host's peak need not bound it
-        parts["host"] = {
-            "name": f"this machine's host ({platform.processor() or platform.machine()})",
-            **parts["host"],
-        }
-    if "storage" in parts:
-        parts["storage"] = {"name": "the measured filesystem's device", **parts["storage"]}
-    for part in catalog.PART_KINDS:
-        ref = base_raw[part]
-        if part not in parts:
-            parts[part] = ref
-        elif part in ("gpu", "link"):  # measured figures over the base part
-            parts[part] = (
-                {"base": ref, **parts[part]} if isinstance(ref, str) else {**ref, **parts[part]}
-            )
-    out.update(parts)
+    for kind, model in PART_MODELS.items():
+        ref, fields = base_raw[kind], measured.get(kind)
+        if not fields:
+            out[kind] = ref
+            continue
+        if kind in names:
+            fields = {"name": names[kind], **fields}
+        required = {f for f, info in model.model_fields.items() if info.is_required()}
+        if required <= fields.keys():  # measured whole: the base part's peaks need not bound it
+            out[kind] = fields
+        else:  # measured figures over the base part
+            out[kind] = {"base": ref, **fields} if isinstance(ref, str) else {**ref, **fields}
     out["measurements"] = {
         "tables": report.tables,
         "skipped": report.skipped,
         "notes": report.notes,
     }
+    out = yaml.safe_load(yaml.safe_dump(out, sort_keys=False))  # plain values, as the file holds
+    try:
+        build_system(out, ident=ident, origin="kvoffload measure")
+    except InputError as exc:  # a schema change the measurement did not follow: say so
+        raise exc.within(file=f"measured profile {ident!r}") from None
     return out
 
 
@@ -494,7 +524,6 @@ def summarise(report: Report) -> list[str]:
 
 def nearest_system(system: Any) -> tuple[str, list[dict[str, Any]]]:
     """Return the catalog system closest to ``system`` (log distance over the tiers' rates)."""
-    from kvoffload.spec.hardware import load_system
 
     def rates(s: Any) -> dict[str, float]:
         return {

@@ -1,0 +1,87 @@
+"""``kvoffload run``: execute chapters for one machine, outside the book, with offline pages."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kvoffload.build.assets import catalog_bib, vendor_assets
+from kvoffload.build.jupyterbook import build_and_swap
+from kvoffload.build.profiles import resolve_profile
+from kvoffload.build.runner import (
+    Job,
+    Outcome,
+    chapters,
+    check_parameters,
+    declared_parameters,
+    run_jobs,
+    select,
+)
+from kvoffload.spec.models import load_model
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What ``kvoffload run`` wrote."""
+
+    notebooks: list[Path]
+    html: Path
+    outcomes: list[Outcome]
+
+
+def run_for_profile(
+    root: Path,
+    hardware: str,
+    *,
+    model: str | None = None,
+    chapter_keys: Sequence[str] | None = None,
+    out: Path | None = None,
+    n_jobs: int | None = None,
+    progress: bool = True,
+) -> RunResult:
+    """Execute chapters for one profile into ``out`` and build offline standalone pages there."""
+    profile = resolve_profile(hardware)
+    chosen = select(chapters(root), chapter_keys)
+    if model is not None:
+        load_model(model)  # refuse an unknown model before starting kernels
+        model = str(Path(model).resolve()) if Path(model).exists() else model
+    out = (out or Path("kvoffload-run") / profile.id).resolve()
+    params = {"model": model} if model is not None else {}
+    jobs = []
+    for chapter in chosen:
+        declared = declared_parameters(chapter)
+        values = {
+            k: v for k, v in {"hardware": profile.hardware, **params}.items() if k in declared
+        }
+        check_parameters(chapter, values)
+        jobs.append(Job(chapter, profile.id, values, out / f"{chapter.name}.ipynb", profile.files))
+    outcomes = run_jobs(jobs, n_jobs=n_jobs, progress=progress)
+    src = out / ".site-src"
+    shutil.rmtree(src, ignore_errors=True)
+    (src / "book" / "generated").mkdir(parents=True)
+    for job in jobs:
+        shutil.copy2(job.out, src / job.out.name)
+    shutil.copytree(
+        root / "book" / "_static", src / "book" / "_static", ignore=shutil.ignore_patterns("vendor")
+    )
+    shutil.copytree(root / "book" / "_ext", src / "book" / "_ext")
+    vendor_assets(src / "book" / "_static")
+    bib = (root / "book" / "references.bib").read_text(encoding="utf-8")
+    (src / "book" / "references.bib").write_text(bib, encoding="utf-8")
+    (src / "book" / "generated" / "catalog.bib").write_text(catalog_bib(bib), encoding="utf-8")
+    shutil.copy2(root / "_config.yml", src / "_config.yml")
+    index = [
+        f"# {profile.system.name}",
+        "",
+        f"Chapters computed for profile `{profile.id}` by `kvoffload run`.",
+        "",
+    ]
+    index += [f"- {{doc}}`{c.title} <{c.name}>`" for c in chosen]
+    index += ["", "## References", "", "```{bibliography}", "```"]
+    (src / "index.md").write_text("\n".join(index) + "\n", encoding="utf-8")
+    toc = ["format: jb-book", "root: index", "chapters:", *[f"  - file: {c.name}" for c in chosen]]
+    (src / "_toc.yml").write_text("\n".join(toc) + "\n", encoding="utf-8")
+    build_and_swap(src, out / ".site-build", out / "html")
+    return RunResult([j.out for j in jobs], out / "html", outcomes)

@@ -1,0 +1,181 @@
+"""Chapter 03's charts: TPOT against context and batch, a layer's two streams, one step's timeline."""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+from kvoffload.model.decode import OVERLAP_MODES
+from kvoffload.model.timeline import Event
+from kvoffload.report.charting import budget_rule, log_axis
+
+RESOURCE_ORDER = ["disk_read", "h2d", "cpu", "gpu", "d2h", "disk_write"]
+
+
+def overlap_chart(frame: pd.DataFrame, budget_ms: float = 50.0) -> alt.LayerChart:
+    """Chart TPOT against context for each overlap mode, with the TPOT budget as a rule.
+
+    ``frame`` is ``studies.decode_sweeps.overlap_frame``: overlap, context, tpot_ms.
+    """
+    lines = (
+        alt.Chart(frame)
+        .mark_line(point=alt.OverlayMarkDef(size=12))
+        .encode(
+            x=log_axis("context", "context (tokens)"),
+            y=alt.Y("tpot_ms:Q", scale=alt.Scale(type="log"), title="time per output token (ms)"),
+            color=alt.Color("overlap:N", title="overlap", sort=list(OVERLAP_MODES)),
+            strokeDash=alt.StrokeDash("overlap:N", sort=list(OVERLAP_MODES), legend=None),
+            tooltip=[
+                "overlap:N",
+                alt.Tooltip("context:Q", format=","),
+                alt.Tooltip("tpot_ms:Q", title="TPOT (ms)", format=".4g"),
+            ],
+        )
+    )
+    return alt.layer(lines, budget_rule(budget_ms))
+
+
+def layer_chart(frame: pd.DataFrame) -> alt.Chart:
+    """Chart a layer's GPU time against the time to copy its offloaded KV.
+
+    ``frame`` is ``studies.decode_sweeps.layer_frame``: stream, context, ms.
+    """
+    return (
+        alt.Chart(frame)
+        .mark_line(point=alt.OverlayMarkDef(size=12))
+        .encode(
+            x=log_axis("context", "context (tokens)"),
+            y=alt.Y("ms:Q", scale=alt.Scale(type="log"), title="time per layer (ms)"),
+            color=alt.Color("stream:N", title=None, legend=alt.Legend(orient="bottom")),
+            tooltip=[
+                "stream:N",
+                alt.Tooltip("context:Q", format=","),
+                alt.Tooltip("ms:Q", format=".4g"),
+            ],
+        )
+    )
+
+
+def batch_chart(frame: pd.DataFrame, budget_ms: float = 50.0) -> alt.LayerChart:
+    """Chart TPOT against batch size for the two placements.
+
+    ``frame`` is ``studies.decode_sweeps.batch_frame``: placement, batch, tpot_ms.
+    """
+    lines = (
+        alt.Chart(frame)
+        .mark_line(point=alt.OverlayMarkDef(size=12))
+        .encode(
+            x=alt.X("batch:Q", title="batch (requests)"),
+            y=alt.Y("tpot_ms:Q", scale=alt.Scale(type="log"), title="time per output token (ms)"),
+            color=alt.Color("placement:N", title=None, legend=alt.Legend(orient="bottom")),
+            tooltip=[
+                "placement:N",
+                "batch:Q",
+                alt.Tooltip("tpot_ms:Q", title="TPOT (ms)", format=".4g"),
+            ],
+        )
+    )
+    return alt.layer(lines, budget_rule(budget_ms))
+
+
+def events_frame(events: list[Event]) -> pd.DataFrame:
+    """Return a step's simulated events as a table in milliseconds, for a Gantt chart."""
+    return pd.DataFrame(
+        [
+            {
+                "resource": e.resource,
+                "layer": e.layer,
+                "task": e.task,
+                "start_ms": e.start * 1e3,
+                "end_ms": e.end * 1e3,
+                "ms": (e.end - e.start) * 1e3,
+            }
+            for e in events
+        ]
+    )
+
+
+def gantt_chart(events: list[Event]) -> alt.Chart:
+    """Chart a step's timeline: one row per resource, one bar per segment of work."""
+    data = events_frame(events)
+    present = set(data["resource"])
+    return (
+        alt.Chart(data)
+        .mark_bar(height=14, stroke="white", strokeWidth=0.3)
+        .encode(
+            x=alt.X("start_ms:Q", title="time within the step (ms)"),
+            x2="end_ms:Q",
+            y=alt.Y("resource:N", sort=[r for r in RESOURCE_ORDER if r in present], title=None),
+            color=alt.Color("task:N", title="work", sort=["load", "compute", "store"]),
+            tooltip=[
+                "resource:N",
+                "layer:Q",
+                "task:N",
+                alt.Tooltip("start_ms:Q", format=".3f"),
+                alt.Tooltip("ms:Q", title="duration (ms)", format=".3f"),
+            ],
+        )
+        .properties(height=alt.Step(22))
+    )
+
+
+def interactive_tpot_chart(
+    constants: dict[str, float], frame: pd.DataFrame, budget_ms: float = 50.0
+) -> alt.LayerChart:
+    """Chart TPOT against context with sliders for link bandwidth, batch and a marked context.
+
+    All KV in host memory, attention on the GPU; the browser evaluates the whole-model roofline
+    that ``studies.tpot_formula.tpot_formula`` writes in Python, from ``constants``
+    (``interactive_constants``) and the per-context ``frame`` (``interactive_frame``).
+    """
+    c = constants
+    link = alt.param(
+        name="link_gbps",
+        value=round(c["link_gbps"], 1),
+        bind=alt.binding_range(min=1, max=500, step=1, name="link bandwidth (GB/s) "),
+    )
+    batch = alt.param(
+        name="batch", value=1, bind=alt.binding_range(min=1, max=64, step=1, name="batch ")
+    )
+    mark = alt.param(
+        name="mark_context",
+        value=32000,
+        bind=alt.binding_range(
+            min=1000, max=int(frame["context"].max()), step=1000, name="context marker (tokens) "
+        ),
+    )
+    gpu = f"max({c['weights_bytes']!r} / {c['hbm_bps']!r} + batch * datum.kv_bytes / {c['attn_bps']!r}, batch * ({c['dense_flops']!r} + datum.attn_flops) / {c['peak_flops']!r})"
+    xfer = f"batch * datum.kv_bytes / (link_gbps * 1e9) + {c['latency_s']!r}"
+    base = (
+        alt.Chart(frame)
+        .transform_calculate(gpu_s=gpu, link_s=xfer)
+        .transform_calculate(
+            none="1000 * (datum.gpu_s + datum.link_s)",
+            perfect="1000 * max(datum.gpu_s, datum.link_s)",
+        )
+        .transform_fold(["none", "perfect"], as_=["overlap", "tpot_ms"])
+    )
+    x = alt.X(
+        "context:Q",
+        scale=alt.Scale(type="log"),
+        title="context (tokens)",
+        axis=alt.Axis(format="~s"),
+    )
+    y = alt.Y("tpot_ms:Q", scale=alt.Scale(type="log"), title="time per output token (ms)")
+    lines = base.mark_line().encode(
+        x=x,
+        y=y,
+        color=alt.Color("overlap:N", title="overlap"),
+        tooltip=[
+            "overlap:N",
+            alt.Tooltip("context:Q", format=","),
+            alt.Tooltip("tpot_ms:Q", title="TPOT (ms)", format=".4g"),
+        ],
+    )
+    marker = (
+        alt.Chart(pd.DataFrame({"x": [0]}))
+        .mark_rule(color="#7a7a7a")
+        .encode(x=alt.X("mark_context:Q", scale=alt.Scale(type="log")))
+        .transform_calculate(mark_context="mark_context")
+    )
+    return alt.layer(lines, marker, budget_rule(budget_ms)).add_params(link, batch, mark)

@@ -1,0 +1,46 @@
+"""Chapter 02's chart: weights plus KV cache against the machine's GPU memory."""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+from kvoffload.report.charting import LIMIT_COLOR, log_axis
+
+
+def memory_fit_chart(fit: pd.DataFrame) -> alt.LayerChart:
+    """Chart weights + KV against context per batch, with the GPU memory as a dashed rule.
+
+    ``fit`` is ``studies.memory_fit.memory_fit_frame``; its ``capacity_gb`` is every GPU's memory.
+    """
+    capacity_gb = float(fit["capacity_gb"].iloc[0])
+    lines = (
+        alt.Chart(fit.drop(columns="capacity_gb"))
+        .mark_line(point=alt.OverlayMarkDef(size=14))
+        .encode(
+            x=log_axis("context", "context (tokens)"),
+            y=alt.Y("total_gb:Q", scale=alt.Scale(type="log"), title="weights + KV cache (GB)"),
+            color=alt.Color("batch:O", title="batch"),
+            tooltip=[
+                alt.Tooltip("batch:O"),
+                alt.Tooltip("context:Q", format=","),
+                alt.Tooltip("kv_gb:Q", title="KV (GB)", format=".3g"),
+                alt.Tooltip("total_gb:Q", title="weights + KV (GB)", format=".3g"),
+                alt.Tooltip("fits:N", title="fits in GPU memory"),
+            ],
+        )
+    )
+    rule_data = pd.DataFrame(
+        {"capacity_gb": [capacity_gb], "label": [f"GPU memory {capacity_gb:.4g} GB"]}
+    )
+    rule = (
+        alt.Chart(rule_data)
+        .mark_rule(strokeDash=[6, 4], color=LIMIT_COLOR)
+        .encode(y="capacity_gb:Q", tooltip=[alt.Tooltip("label:N", title="limit")])
+    )
+    text = (
+        alt.Chart(rule_data)
+        .mark_text(align="left", dx=4, dy=-6, color=LIMIT_COLOR)
+        .encode(y="capacity_gb:Q", x=alt.value(0), text="label:N")
+    )
+    return alt.layer(lines, rule, text)

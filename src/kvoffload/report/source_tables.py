@@ -1,0 +1,23 @@
+"""The sources behind a page's figures, as a table."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from kvoffload.spec import catalog
+
+
+def sources_table(ids: list[str]) -> pd.DataFrame:
+    """Return the registered sources behind a page's figures: id, title, kind and address."""
+    known = catalog.sources()
+    rows = [
+        {
+            "source": i,
+            "title": known[i].get("title", ""),
+            "kind": known[i].get("kind", ""),
+            "address": known[i].get("url", ""),
+        }
+        for i in dict.fromkeys(ids)
+        if i in known
+    ]
+    return pd.DataFrame(rows, columns=["source", "title", "kind", "address"])

@@ -1,0 +1,33 @@
+"""The constants the validation rests on: a testbed's measured figures and the engines' constants."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from kvoffload.spec import catalog
+from kvoffload.spec.hardware import load_system
+
+ENGINE_NAMES = {"llamacpp": "llama.cpp", "flexgen": "FlexGen"}
+COLUMNS = ["where", "constant", "value", "kind", "source"]
+
+
+def calibration_rows(system_id: str) -> pd.DataFrame:
+    """Return the constants a validation testbed and the engines use: value, kind and source.
+
+    The testbed contributes its measured figures; every engine constant comes with the kind
+    (``fitted``, ``derived``, ...) and the source the catalog gives it.
+    """
+    system = load_system(system_id)
+    rows = [
+        {"where": system_id, "constant": name, "value": str(f), "kind": f.kind.value, "source": f.source}
+        for name, f in system.figures().items()
+        if f.kind.value == "measured"
+    ]  # fmt: skip
+    for engine, entries in catalog.load("engine_constants").items():
+        where = f"{ENGINE_NAMES.get(engine, engine)} engine"
+        rows += [
+            {"where": where, "constant": f"{name} ({c['unit']})", "value": f"{c['value']:.4g}",
+             "kind": c["kind"], "source": c["source"]}
+            for name, c in entries.items()
+        ]  # fmt: skip
+    return pd.DataFrame(rows, columns=COLUMNS)

@@ -1,0 +1,182 @@
+"""The engines side by side: one workload on one machine, llama.cpp's layer split, InfLLM's bytes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from numpy.typing import ArrayLike
+
+from kvoffload.engines import infllm
+from kvoffload.engines.scenario import check_fits, parse_scenario, predict
+from kvoffload.model import kv
+from kvoffload.model.prediction import Scenario
+from kvoffload.spec.errors import InputError
+from kvoffload.spec.models import Model, load_model
+from kvoffload.spec.precision import WeightFormat
+
+# label -> (engine, options, placement, weights); options "half": offload half the weights (vLLM)
+ENGINE_SETUPS: dict[str, tuple[str, dict[str, Any] | str, dict | None, str]] = {
+    "generic, all KV in host memory": ("generic", {}, {"kv": {"cpu": 1.0}}, "bf16"),
+    "llama.cpp, all layers on the GPU": ("llamacpp", {}, None, "q4_k_m"),
+    "llama.cpp, --no-kv-offload": ("llamacpp", {"no_kv_offload": True}, None, "q4_k_m"),
+    "vLLM, half the weights offloaded": ("vllm", "half", None, "bf16"),
+    "ZeRO-Inference, weights in host memory": ("zero-inference", {}, None, "bf16"),
+    "HF Accelerate, weights in host memory": ("hf-accelerate", {}, None, "bf16"),
+    "FlexGen, searched policy": ("flexgen", {}, None, "bf16"),
+    "InfLLM": ("infllm", {}, None, "bf16"),
+}
+
+
+def _scenario(
+    label: str, hardware: str, model: str, prompt: int, generate: int, batch: int
+) -> Scenario:
+    """Return the scenario of one ``ENGINE_SETUPS`` row for the workload."""
+    engine, options, placement, weights = ENGINE_SETUPS[label]
+    if options == "half":
+        w = load_model(model).weight_bytes(WeightFormat(weights)).total
+        options = {"cpu_offload_gb": w / 2 / 2**30}
+    raw = {
+        "hardware": hardware,
+        "model": model,
+        "engine": engine,
+        "precision": {"weights": weights, "kv": "bf16"},
+        "workload": {"batch": batch, "prompt": prompt, "generate": generate},
+        "options": options,
+    }
+    if placement:
+        raw["placement"] = placement
+    return parse_scenario(raw, name=label)
+
+
+def engine_predictions(
+    hardware: str, model: str, prompt: int, generate: int, batch: int = 1
+) -> pd.DataFrame:
+    """Return each engine's prediction for one workload on one machine (fitting or not).
+
+    Times in ms or s as the column names say, memory in bytes, each step's busy time by resource.
+    """
+    rows = []
+    for label in ENGINE_SETUPS:
+        sc = _scenario(label, hardware, model, prompt, generate, batch)
+        try:
+            pred = predict(sc, check=False)
+        except InputError as exc:  # e.g. a policy search with nothing that fits
+            rows.append({"engine": label, "fits": False, "note": exc.problem})
+            continue
+        out = pred.to_json()
+        try:
+            check_fits(sc, pred.memory)
+            fits, note = True, ""
+        except InputError as exc:
+            fits, note = False, exc.problem
+        rows.append(
+            {
+                "engine": label,
+                "TPOT (ms)": out["tpot_ms"],
+                "TTFT (s)": out["ttft_ms"] / 1e3,
+                "decode tokens/s": out["decode_tokens_per_s"],
+                "gpu_bytes": out["memory"]["gpu_bytes"],
+                "cpu_bytes": out["memory"]["cpu_bytes"],
+                "GPU (ms/step)": out["step"]["compute_ms"],
+                "link (ms/step)": out["step"]["transfer_ms"],
+                "CPU (ms/step)": out["step"]["cpu_ms"],
+                "disk (ms/step)": out["step"]["disk_ms"],
+                "fits": fits,
+                "note": note or (out.get("policy") or ""),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class Fastest:
+    """The engine with the shortest decode step, and what FlexGen's policy search chose."""
+
+    engine: str
+    tpot_ms: float
+    flexgen_policy: str
+
+
+def fastest(predictions: pd.DataFrame) -> Fastest:
+    """Return the shortest step among the engines that were predicted, and FlexGen's policy."""
+    ok = predictions.dropna(subset=["TPOT (ms)"])
+    best = ok.loc[ok["TPOT (ms)"].idxmin()]
+    flex = predictions[predictions["engine"].str.startswith("FlexGen")].iloc[0]
+    return Fastest(str(best["engine"]), float(best["TPOT (ms)"]), str(flex["note"]))
+
+
+def ngl_frame(
+    hardware: str, model: str, weights: str = "q4_k_m", prompt: int = 512, generate: int = 128
+) -> pd.DataFrame:
+    """Return llama.cpp's decode tokens/s for every --n-gpu-layers value, with whether it fits."""
+    n = load_model(model).n_layers
+    rows = []
+    for ngl in range(n + 2):
+        raw = {"hardware": hardware, "model": model, "engine": "llamacpp", "precision": {"weights": weights, "kv": "fp16"},
+               "workload": {"batch": 1, "prompt": prompt, "generate": generate}, "options": {"n_gpu_layers": ngl}}  # fmt: skip
+        sc = parse_scenario(raw, name="ngl")
+        pred = predict(sc, check=False)
+        try:
+            check_fits(sc, pred.memory)
+            fits = True
+        except InputError:
+            fits = False
+        rows.append({"n_gpu_layers": ngl, "tokens_per_s": 1 / pred.tpot_s, "fits": fits})
+    return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class LayerSplit:
+    """llama.cpp's tokens/s at the ends and the middle of --n-gpu-layers, and two means of the ends."""
+
+    cpu_only: float
+    gpu_only: float
+    half: float  # half the layers (counting the output layer) on the GPU
+    all_fit: bool  # every setting fits the GPU's memory
+
+    @property
+    def arithmetic_mean(self) -> float:
+        """Return the average of the two ends: the straight line's midpoint."""
+        return (self.cpu_only + self.gpu_only) / 2
+
+    @property
+    def harmonic_mean(self) -> float:
+        """Return the harmonic mean of the two ends: what adding per-token times gives."""
+        return 2 / (1 / self.cpu_only + 1 / self.gpu_only)
+
+
+def layer_split(ngl: pd.DataFrame) -> LayerSplit:
+    """Return the ends and the midpoint of an ``ngl_frame``."""
+    rate = ngl["tokens_per_s"]
+    return LayerSplit(
+        cpu_only=float(rate.iloc[0]),
+        gpu_only=float(rate.iloc[-1]),
+        half=float(rate.iloc[(len(ngl) - 1) // 2]),
+        all_fit=bool(ngl["fits"].all()),
+    )
+
+
+def infllm_moved(
+    model: Model, contexts: ArrayLike, options: infllm.Options | None = None
+) -> pd.DataFrame:
+    """Return the KV bytes (GB) one step moves with full offload and with InfLLM, and their ratio."""
+    o = options or infllm.Options()
+    per_token = kv.bytes_per_token(model)
+    rows = [
+        {"context": int(c), "full offload (GB per step)": float(kv.request_bytes(model, c)) / 1e9,
+         "InfLLM (GB per step)": infllm.moved_tokens(o, int(c)) * per_token / 1e9}
+        for c in np.asarray(contexts)
+    ]  # fmt: skip
+    moved = pd.DataFrame(rows)
+    moved["ratio"] = moved["full offload (GB per step)"] / moved["InfLLM (GB per step)"].replace(
+        0, np.nan
+    )
+    return moved
+
+
+def infllm_ratio(moved: pd.DataFrame, context: int) -> float:
+    """Return, from an ``infllm_moved`` frame, how many times fewer bytes InfLLM moves at ``context``."""
+    return float(moved.set_index("context").loc[context, "ratio"])

@@ -1,0 +1,122 @@
+"""The validation as the chapter reads it: one table of rows, error statistics, where it misses."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import pandas as pd
+
+from kvoffload.spec.hardware import System, load_system
+from kvoffload.studies import validation
+
+A6000_TABLE = "zero-inference-a6000"
+# The A6000 testbed with its CPU's peak rate for PyTorch's attention instead of the measured one.
+PEAK_HOST = {"a6000-lambda": {"base": "a6000-lambda", "host": "lambda-a6000-host"}}
+ZERO_FROM_HOST = ("t4-04", "t4-05")  # ZeRO-Inference, weights in host memory, on the T4
+ZERO_FROM_DISK = "t4-06"  # ZeRO-Inference, weights on NVMe, on the T4
+HF_OPT_30B = "t4-02"  # HF Accelerate, OPT-30B in host memory, on the T4
+
+
+def results_frame(results: list[validation.Result]) -> pd.DataFrame:
+    """Return one row per published measurement: ids, measured, predicted, their ratio, source."""
+    return pd.DataFrame(
+        [{"row": r.row["id"], "table": r.row["table"], "engine": r.row["engine"], "model": r.row["model"],
+          "system": r.row["system"], "measured": r.row["measured"], "predicted": r.predicted,
+          "ratio": r.ratio, "source": r.row["source"]} for r in results]
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ErrorStats:
+    """One group's rows, median absolute relative error (%) and share of rows within 2x (%)."""
+
+    rows: int
+    median_pct: float
+    within_2x_pct: float
+
+
+def error_stats(results: list[validation.Result]) -> dict[str, ErrorStats]:
+    """Return the statistics for all rows ('all'), per engine and per published table."""
+    groups = {**validation.summary(results), **validation.table_summary(results)}
+    return {
+        name: ErrorStats(s["rows"], 100 * s["median_abs_rel_error"], 100 * s["within_2x"])
+        for name, s in groups.items()
+    }
+
+
+def peak_host_stats() -> ErrorStats:
+    """Return the A6000 table's statistics with its CPU's peak rate instead of the measured one."""
+    return error_stats(validation.run(PEAK_HOST, table=A6000_TABLE))[A6000_TABLE]
+
+
+@dataclass(frozen=True)
+class Span:
+    """The smallest and largest predicted/measured ratio of a group of rows."""
+
+    lo: float
+    hi: float
+
+
+def _span(ratios: pd.Series) -> Span:
+    return Span(float(ratios.min()), float(ratios.max()))
+
+
+@dataclass(frozen=True)
+class Misses:
+    """Where the model misses: the ratio spans of the groups the chapter discusses."""
+
+    flexgen_plain: Span  # FlexGen without compression
+    flexgen_compressed: Span  # FlexGen with 4-bit weights or cache
+    zero_from_host: Span  # ZeRO-Inference, weights in host memory, on the T4
+    zero_from_disk: float  # ZeRO-Inference, weights on NVMe, on the T4
+    hf_opt_30b: float  # HF Accelerate, OPT-30B in host memory
+    llamacpp: Span
+    a6000: Span  # the held-out A6000 table
+    a6000_llama70_slow: Span  # its LLaMA-2-70B rows predicted over 1.5x too slow
+
+
+def misses(results: list[validation.Result]) -> Misses:
+    """Return the ratio spans of the groups of rows the chapter explains."""
+    frame = results_frame(results)
+    compressed = frame["row"].isin(
+        [r.row["id"] for r in results
+         if r.row["options"].get("compress_weight") or r.row["options"].get("compress_cache")]
+    )  # fmt: skip
+    flexgen = frame["engine"] == "flexgen"
+    a6k = frame[frame["table"] == A6000_TABLE]
+    ratio = frame.set_index("row")["ratio"]
+    return Misses(
+        flexgen_plain=_span(frame.loc[flexgen & ~compressed, "ratio"]),
+        flexgen_compressed=_span(frame.loc[compressed, "ratio"]),
+        zero_from_host=_span(ratio.loc[list(ZERO_FROM_HOST)]),
+        zero_from_disk=float(ratio.loc[ZERO_FROM_DISK]),
+        hf_opt_30b=float(ratio.loc[HF_OPT_30B]),
+        llamacpp=_span(frame.loc[frame["engine"] == "llamacpp", "ratio"]),
+        a6000=_span(a6k["ratio"]),
+        a6000_llama70_slow=_span(
+            a6k.loc[(a6k["model"] == "llama-2-70b") & (a6k["ratio"] > 1.5), "ratio"]
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class FigureKinds:
+    """How many of a profile's figures are of each kind (measured, spec, assumed, ...)."""
+
+    counts: dict[str, int]
+
+    @property
+    def total(self) -> int:
+        """Return the number of figures."""
+        return sum(self.counts.values())
+
+    def of(self, kind: str) -> int:
+        """Return the number of figures of one kind (0 if none)."""
+        return self.counts.get(kind, 0)
+
+
+def figure_kinds(system: System | str) -> FigureKinds:
+    """Return the count of a profile's figures per kind."""
+    s = load_system(system) if isinstance(system, str) else system
+    return FigureKinds(dict(Counter(f.kind.value for f in s.figures().values())))

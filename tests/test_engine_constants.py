@@ -1,0 +1,101 @@
+"""Engine constants (catalog/engine_constants.yaml): each re-derived from its published figures."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kvoffload.engines import flexgen, llamacpp
+from kvoffload.engines.scenario import parse_scenario, predict
+from kvoffload.model import decode
+from kvoffload.spec import catalog
+
+CONSTANTS = catalog.load("engine_constants")
+KINDS = {"fitted", "derived", "measured", "assumed"}
+
+
+def every_constant() -> list[tuple[str, str, dict]]:
+    return [(e, name, c) for e, table in CONSTANTS.items() for name, c in table.items()]
+
+
+@pytest.mark.parametrize(("engine", "name", "entry"), every_constant())
+def test_each_constant_has_a_kind_a_registered_source_and_a_value(engine, name, entry):
+    assert entry["kind"] in KINDS, (engine, name)
+    assert entry["source"] in catalog.sources(), (engine, name)
+    assert isinstance(entry["value"], int | float) and np.isfinite(entry["value"])
+    assert entry.get("how"), (engine, name)
+
+
+def reference(src: dict, options: dict) -> dict:
+    """Return the scenario of a published llama.cpp run as its `from:` block gives it."""
+    return {
+        "hardware": src["hardware"],
+        "model": src["model"],
+        "engine": "llamacpp",
+        "precision": {"weights": src["weights"], "kv": src["kv"]},
+        "workload": {"batch": 1, "prompt": src["prompt"], "generate": src["generate"]},
+        "options": options,
+    }
+
+
+def test_llamacpp_gpu_share_is_re_derived_from_pr_6766():
+    entry = CONSTANTS["llamacpp"]["gpu_share"]
+    src = entry["from"]
+    sc = parse_scenario(reference(src, {"gpu_share": 1.0}), name="llama.cpp PR #6766 reference")
+    parts = llamacpp.step_parts(sc, sc.prompt + decode.samples(sc.generate), 1)
+    ideal = float(np.mean(parts["gpu"]))
+    rest = float(np.mean(parts["cpu"] + parts["link"]))
+    share = ideal / (1 / src["tokens_per_s"] - rest)
+    assert entry["value"] == pytest.approx(share, rel=1e-5)
+    assert 0 < share <= 1
+    assert llamacpp.gpu_share_default() == entry["value"]
+    # with the stored share, the reference run comes back at the measured rate
+    back = predict(parse_scenario(reference(src, {}), name="back"), check=False)
+    assert back.to_json()["decode_tokens_per_s"] == pytest.approx(src["tokens_per_s"], rel=1e-5)
+
+
+def test_llamacpp_split_sync_is_re_derived_from_pr_7526():
+    entry = CONSTANTS["llamacpp"]["split_sync_us"]
+    src = entry["from"]
+    hand_overs = 2 * src["layers"]  # --no-kv-offload: to the CPU and back, per layer
+    assert src["layers"] == 32 and src["tokens_per_s_no_kv_offload"] == 45.91
+    assert src["tokens_per_s_kv_on_gpu"] == 66.24
+    seconds = (
+        1 / src["tokens_per_s_no_kv_offload"] - 1 / src["tokens_per_s_kv_on_gpu"]
+    ) / hand_overs
+    assert entry["value"] == pytest.approx(seconds * 1e6, rel=1e-5)
+    assert llamacpp.split_sync_s_default() == pytest.approx(entry["value"] * 1e-6, rel=1e-15)
+
+
+def test_flexgen_dequant_traffic_is_the_catalogs_op_count():
+    entry = CONSTANTS["flexgen"]["dequant_traffic"]
+    # decompress of N values: shifts and masks 2N bytes, interleaved writes 3N, scale and min 8N
+    assert entry["value"] == (2 + 3 + 8) / 2
+    assert entry["value"] == flexgen.DEQUANT_TRAFFIC
+
+
+def test_the_defaults_are_what_a_scenario_without_options_uses():
+    raw = {
+        "hardware": "rtx-3070-ti-desktop",
+        "model": "llama-3-8b",
+        "engine": "llamacpp",
+        "precision": {"weights": "q4_k_m", "kv": "fp16"},
+        "workload": {"batch": 1, "prompt": 4096, "generate": 16},
+    }
+    c = CONSTANTS["llamacpp"]
+    for extra in ({"n_gpu_layers": 20}, {"n_gpu_layers": 33, "no_kv_offload": True}):
+        implicit = predict(parse_scenario({**raw, "options": extra}), check=False)
+        explicit = predict(
+            parse_scenario(
+                {
+                    **raw,
+                    "options": extra
+                    | {
+                        "gpu_share": c["gpu_share"]["value"],
+                        "split_sync_us": c["split_sync_us"]["value"],
+                    },
+                }
+            ),
+            check=False,
+        )
+        assert implicit.tpot_s == explicit.tpot_s
