@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from tests.test_cli import _assert_refused
@@ -125,3 +128,29 @@ def test_bad_scenarios_exit_2_in_one_line(case, cli_process, write):
     text, fragment = BAD[case]
     path = write(f"{case}.yaml", text)
     _assert_refused(cli_process("predict", path, "--json"), path, fragment)
+
+
+@pytest.mark.parametrize(
+    "engine", ["llamacpp", "vllm", "flexgen", "zero-inference", "hf-accelerate", "infllm"]
+)
+def test_a_placement_beside_an_engine_that_places_itself_exits_2_in_one_line(tmp_path, engine):
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "hardware: rtx-4090-desktop\nmodel: llama-3-8b\n"
+        f"engine: {engine}\nworkload: {{batch: 1, prompt: 512}}\n"
+        "placement: {weights: {gpu: 1.0}, kv: {cpu: 1.0}}\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "kvoffload", "predict", str(path)], capture_output=True, text=True
+    )
+    assert run.returncode == 2
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in run.stderr
+    assert f"{path}: placement: engine '{engine}' sets its own placement" in lines[0]
+    assert "options." in lines[0]
+
+
+def test_every_engine_that_places_itself_names_its_placement_options():
+    from kvoffload.engines.scenario import ENGINES, PLACEMENT_OPTIONS
+
+    assert set(PLACEMENT_OPTIONS) == set(ENGINES) - {"generic"}

@@ -18,6 +18,16 @@ from kvoffload.spec.precision import KvFormat, WeightFormat, kv_format, weight_f
 
 ENGINES = ("generic", "llamacpp", "vllm", "flexgen", "zero-inference", "hf-accelerate", "infllm")
 _STRICT = ConfigDict(extra="forbid", frozen=True)
+# The options through which each engine decides where weights and KV live (a `placement:` beside
+# one of these engines would be silently replaced, so it is refused and pointed here).
+PLACEMENT_OPTIONS = {
+    "llamacpp": "options.n_gpu_layers (and options.no_kv_offload)",
+    "vllm": "options.cpu_offload_gb",
+    "flexgen": "options.percent (wG wC cG cC aG aC), or leave it out to search",
+    "zero-inference": "options.weights (gpu, cpu or disk) and options.kv_offload",
+    "hf-accelerate": "options.weights (gpu, cpu or disk)",
+    "infllm": "options.n_local, options.topk and options.cached_blocks",
+}
 
 
 class SplitIn(BaseModel):
@@ -106,6 +116,13 @@ def parse_scenario(raw: dict, *, base: Path = Path("."), name: str = "scenario")
             f"engine {s.engine!r} is not known; engines: {', '.join(ENGINES)}",
             file=name,
             field="engine",
+        )
+    if s.engine != "generic" and "placement" in raw:
+        raise InputError(
+            f"engine {s.engine!r} sets its own placement; say it with "
+            f"{PLACEMENT_OPTIONS[s.engine]} instead",
+            file=name,
+            field="placement",
         )
     try:
         options = validate_options(s.engine, s.options)

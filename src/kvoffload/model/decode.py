@@ -17,6 +17,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from kvoffload.model import capacity, kv
+from kvoffload.model.routing import touched_share
 from kvoffload.model.search import largest_true
 from kvoffload.model.transfer import link_time
 from kvoffload.spec.hardware import System
@@ -192,7 +193,7 @@ def stream_times(setup: Setup, context: ArrayLike, batch: ArrayLike) -> dict[str
     gpu_attends = p.attention == "gpu"
 
     k, n = lay.expert_use
-    active = np.minimum(1.0, b * k / n)
+    active = touched_share(n, k, b)  # distinct routed experts the batch reads, uniform routing
     w_read = lay.weight_bytes - lay.expert_bytes + lay.expert_bytes * active
     hbm, att_bw = sysm.gpu.streaming_bandwidth, sysm.gpu.attention_rate
     peak = sysm.compute_rate
