@@ -92,6 +92,12 @@ class Costs:
     throughput: np.ndarray
 
 
+def pin_weight(sc: Scenario) -> bool:
+    """Return FlexGen's --pin-weight: the option where given, else the scenario's pinned: (True)."""
+    o = sc.options
+    return o.pin_weight if "pin_weight" in o.model_fields_set else sc.pinned_or(True)
+
+
 def cost(sc: Scenario, pol: Policies, o: Options) -> Costs:
     """Evaluate FlexGen's cost model for every policy at once."""
     system, model = sc.system, sc.model
@@ -111,7 +117,7 @@ def cost(sc: Scenario, pol: Policies, o: Options) -> Costs:
     # a compressed cache is allocated unpinned ("disable pin_memory due to high memory overhead",
     # TorchCompressedDevice.init_cache_one_gpu_batch), so its copies run at the pageable rate
     h2d = system.copy_rate("h2d", pinned=not o.compress_cache)
-    w_in = system.copy_rate("h2d", pinned=o.pin_weight)
+    w_in = system.copy_rate("h2d", pinned=pin_weight(sc))
     d2h = system.copy_rate("d2h", pinned=True)
     dr, dw = system.storage.read_bandwidth.value, system.storage.write_bandwidth.value
     hbm, att_bw = system.gpu.streaming_bandwidth, system.gpu.attention_rate
@@ -258,7 +264,7 @@ def predict(sc: Scenario) -> Prediction:
         kv=decode.Split(float(pol.cg[i]), float(pol.cc[i]), float(1 - pol.cg[i] - pol.cc[i])),
         attention="cpu" if pol.cpu_att[i] else "gpu",
         overlap="flexgen" if o.overlap else "none",
-        pinned=o.pin_weight,
+        pinned=pin_weight(sc),
         weights_format=sc.setup.weights,
         kv_format=sc.setup.kv,
     )

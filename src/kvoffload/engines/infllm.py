@@ -48,7 +48,9 @@ def predict(sc: Scenario) -> Prediction:
         sc.model,
         sc.setup.weights,
         sc.setup.kv,
-        decode.Placement(kv=decode.Split(1 - share, share, 0.0), overlap="pipeline"),
+        decode.Placement(
+            kv=decode.Split(1 - share, share, 0.0), overlap="pipeline", pinned=sc.pinned_or(True)
+        ),
     )
     pred = predict_setup(replace(sc, prompt=attended), setup)
     weights = decode.step_weight_bytes(sc.model, sc.setup.weights)

@@ -78,6 +78,7 @@ def step_parts(sc: Scenario, context: np.ndarray, batch: float) -> dict[str, np.
     """Return seconds per token on the GPU, on the CPU and crossing devices, over ``context``."""
     system, model = sc.system, sc.model
     share, sync = _constants(sc)
+    pinned = sc.pinned_or(True)  # the CUDA backend copies through pinned host buffers
     lay = decode.layers(model, sc.setup.weights)
     _, on_gpu = placement(sc)
     order = np.array(lay.order)
@@ -91,7 +92,7 @@ def step_parts(sc: Scenario, context: np.ndarray, batch: float) -> dict[str, np.
         model,
         sc.setup.weights,
         sc.setup.kv,
-        decode.Placement(kv=kv_split, attention="cpu" if nkvo else "gpu"),
+        decode.Placement(kv=kv_split, attention="cpu" if nkvo else "gpu", pinned=pinned),
     )
     ctx = np.asarray(context, dtype=np.float64)
     per = decode.stream_times(gsetup, ctx, batch)
@@ -112,10 +113,14 @@ def step_parts(sc: Scenario, context: np.ndarray, batch: float) -> dict[str, np.
     crossings = 0.0
     if on_gpu.any():  # the hidden state enters the GPU where the CPU part (or the lookup) ends
         hidden = batch * model.hidden * 2
-        crossings = hidden / system.copy_rate("h2d") + system.link.latency.value + sync
+        crossings = (
+            hidden / system.copy_rate("h2d", pinned=pinned) + system.link.latency.value + sync
+        )
     if on_gpu[-1]:  # logits come back to the host for sampling
         crossings += (
-            batch * model.vocab * 4 / system.copy_rate("d2h") + system.link.latency.value + sync
+            batch * model.vocab * 4 / system.copy_rate("d2h", pinned=pinned)
+            + system.link.latency.value
+            + sync
         )
     if nkvo:  # every GPU layer hands its attention to the CPU and takes the result back
         crossings += 2 * sync * float(gpu_count[lay.attn_flops > 0].sum())
@@ -146,7 +151,9 @@ def predict(sc: Scenario) -> Prediction:
     kv_cpu = float(kv_layers.sum()) - kv_gpu
     # prefill: batches of 32+ tokens copy the CPU layers' weights to the GPU and run there
     on_gpu_setup = decode.Setup(system, model, sc.setup.weights, sc.setup.kv)
-    ttft = float(decode.ttft(on_gpu_setup, sc.prompt, sc.batch)) + w_cpu / system.copy_rate("h2d")
+    ttft = float(decode.ttft(on_gpu_setup, sc.prompt, sc.batch)) + w_cpu / system.copy_rate(
+        "h2d", pinned=sc.pinned_or(True)
+    )
     mem = decode.Memory(
         gpu=np.asarray(w_gpu + kv_gpu),
         cpu=np.asarray(w_cpu + kv_cpu),
@@ -185,7 +192,7 @@ def predict(sc: Scenario) -> Prediction:
             kv=_shares(kv_gpu, kv_cpu),
             attention="cpu" if sc.options.no_kv_offload else "gpu",
             overlap="none",  # llama.cpp runs the graph's nodes in order
-            pinned=True,
+            pinned=sc.pinned_or(True),
             weights_format=sc.setup.weights,
             kv_format=sc.setup.kv,
         ),

@@ -18,6 +18,9 @@ from kvoffload.spec.precision import KvFormat, WeightFormat, kv_format, weight_f
 
 ENGINES = ("generic", "llamacpp", "vllm", "flexgen", "zero-inference", "hf-accelerate", "infllm")
 _STRICT = ConfigDict(extra="forbid", frozen=True)
+# Engine options that say whether the host buffers copied from are page-locked; the scenario's
+# `pinned:` sets the same thing for every engine, so the two may not disagree.
+PIN_OPTIONS = {"zero-inference": "pinned", "hf-accelerate": "pinned", "flexgen": "pin_weight"}
 # The options through which each engine decides where weights and KV live (a `placement:` beside
 # one of these engines would be silently replaced, so it is refused and pointed here).
 PLACEMENT_OPTIONS = {
@@ -155,6 +158,14 @@ def parse_scenario(raw: dict, *, base: Path = Path("."), name: str = "scenario")
         raise InputError(
             "pinned: false needs link.pageable_bandwidth in the profile", file=name, field="pinned"
         )
+    pin_option = PIN_OPTIONS.get(s.engine)
+    explicit = pin_option is not None and pin_option in options.model_fields_set
+    if "pinned" in raw and explicit and getattr(options, pin_option) != s.pinned:
+        raise InputError(
+            f"pinned: {str(s.pinned).lower()} contradicts options.{pin_option}; give one",
+            file=name,
+            field="pinned",
+        )
     w = s.workload
     return Scenario(
         system,
@@ -166,6 +177,7 @@ def parse_scenario(raw: dict, *, base: Path = Path("."), name: str = "scenario")
         w.generate,
         options,
         "placement" in raw,
+        s.pinned if "pinned" in raw else None,
     )
 
 

@@ -55,7 +55,8 @@ def predict(sc: Scenario) -> Prediction:
         overlap="pipeline" if zero else "none",
         # ZeRO reads NVMe-resident weights asynchronously (libaio) into page-locked swap buffers
         # (AsyncPartitionedParameterSwapper pins them), so from disk its copies are pinned
-        pinned=o.pinned or (zero and o.weights == "disk"),
+        pinned=(o.pinned if "pinned" in o.model_fields_set else sc.pinned_or(False))
+        or (zero and o.weights == "disk"),
     )
     fmt = WeightFormat.INT4 if zero and o.quantize_weights else sc.setup.weights
     # ZeRO's offloaded cache is allocated as 2 x layers x batch x length x hidden (its

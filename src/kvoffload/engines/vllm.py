@@ -34,14 +34,17 @@ def predict(sc: Scenario) -> Prediction:
     off = min(o.cpu_offload_gb * GiB / weights, 1.0)
     # UVA: kernels read the offloaded weights over the link as they run, so nothing overlaps
     placement = decode.Placement(
-        weights=decode.Split(1 - off, off, 0.0), overlap="none", pinned=True
+        # vLLM pins the offloaded weights where the platform allows (is_pin_memory_available)
+        weights=decode.Split(1 - off, off, 0.0),
+        overlap="none",
+        pinned=sc.pinned_or(True),
     )
     setup = decode.Setup(sc.system, sc.model, sc.setup.weights, sc.setup.kv, placement)
     pred = predict_setup(sc, setup)
     prompt_kv = float(kv.batch_bytes(sc.model, sc.prompt, sc.batch, sc.setup.kv))
     stored = min(1.0, o.kv_offloading_size * GiB / prompt_kv) if prompt_kv else 0.0
     hit = o.prefix_hit_rate * stored
-    reload = hit * prompt_kv / sc.system.copy_rate("h2d")
+    reload = hit * prompt_kv / sc.system.copy_rate("h2d", pinned=placement.pinned)
     ttft = (1 - hit) * pred.ttft_s + reload
     mem = decode.Memory(
         gpu=pred.memory.gpu,
@@ -60,5 +63,5 @@ def predict(sc: Scenario) -> Prediction:
             "kv_offloading_size": o.kv_offloading_size,
             "prefix_hit_rate": o.prefix_hit_rate,
         },
-        policy=f"{off:.0%} of the weights streamed from pinned host memory every step; prefix cache {o.kv_offloading_size:g} GiB, {hit:.0%} of the prompt reloaded instead of recomputed",
+        policy=f"{off:.0%} of the weights streamed from {'pinned' if placement.pinned else 'pageable'} host memory every step; prefix cache {o.kv_offloading_size:g} GiB, {hit:.0%} of the prompt reloaded instead of recomputed",
     )

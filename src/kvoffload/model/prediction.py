@@ -32,6 +32,11 @@ class Scenario:
     generate: int
     options: Any = None  # the engine's validated options (None for generic)
     placement_given: bool = True
+    pinned: bool | None = None  # the scenario's `pinned:` where it says; None: the engine's default
+
+    def pinned_or(self, engine_default: bool) -> bool:
+        """Return whether host buffers are page-locked: the scenario's word, else the engine's."""
+        return engine_default if self.pinned is None else self.pinned
 
 
 @dataclass(frozen=True)
