@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
 import pytest
 
 from kvoffload.spec.errors import InputError
@@ -122,11 +123,23 @@ def test_quantisation_never_increases_bytes_and_layers_sum_to_total(ident):
     bf16 = m.weight_bytes(WeightFormat.BF16).total
     for fmt in WeightFormat:
         w = m.weight_bytes(fmt)
-        assert w.total <= bf16
+        if fmt is WeightFormat.FP32:
+            assert w.total == 2 * bf16  # the one format wider than the 16-bit checkpoint
+        else:
+            assert w.total <= bf16
         assert w.total == int(w.per_layer.sum()) + w.embedding + w.output
-    order = [WeightFormat.Q8_0, WeightFormat.Q4_K_M, WeightFormat.Q4_0]
+        assert w.experts is not None and np.all(w.experts <= w.per_layer)
+        assert (int(w.experts.sum()) > 0) == bool(m.moe)
+    order = [
+        WeightFormat.Q8_0,
+        WeightFormat.Q6_K,
+        WeightFormat.Q5_K_M,
+        WeightFormat.Q4_K_M,
+        WeightFormat.Q4_0,
+    ]
     sizes = [m.weight_bytes(f).total for f in order]
-    assert sizes[0] > sizes[1] > sizes[2]
+    assert sizes == sorted(sizes, reverse=True)
+    assert sizes[0] > sizes[3] > sizes[4]
 
 
 # -- import errors ------------------------------------------------------------------------------

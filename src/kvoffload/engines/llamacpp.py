@@ -1,9 +1,18 @@
-"""llama.cpp: ``--n-gpu-layers`` moves layers, weights and their compute, not just the cache.
+"""llama.cpp: weights live where their buffers are, and each op runs where its weights live.
 
-The last N layers (counting the output layer) live on the GPU and run there
-(``i_gpu_start = n_layer + 1 - N`` in llama.cpp's layer placement); the others stay in host
-memory and run on the CPU at host memory bandwidth. A layer's KV cache lives with the layer
-unless ``no_kv_offload`` keeps all of it in host memory, where attention then runs on the CPU.
+``--n-gpu-layers N`` puts the last N layers (counting the output layer) on the GPU
+(``i_gpu_start = n_layer + 1 - N`` in llama.cpp's layer placement); the token embeddings stay in
+host memory. Per-tensor overrides then move single tensors: ``-ot REGEX=CPU`` (``override_tensor``,
+each pattern tried in order with ``std::regex_search`` on the GGUF tensor name, the first match
+wins), ``--cpu-moe`` (all routed experts, ``LLM_FFN_EXPS_REGEX`` =
+``\\.ffn_(up|down|gate|gate_up)_(ch|)exps``) and ``--n-cpu-moe N`` (the experts of layers 0..N-1,
+``blk\\.i`` + that regex) — ggml-org/llama.cpp common/common.h at
+001d906a6d86e2490e394361e7cc6f478b100088 (``llm_ffn_exps_cpu_override``,
+``llm_add_n_cpu_ffn_overrides``). In decode, a matmul whose weights are in host memory runs on the
+CPU; each change of device along the graph is a hand-over (the activations cross the link, the
+backends synchronise). A routed-expert tensor is read only for the experts the batch routes to. A
+layer's KV cache lives with its layer unless ``no_kv_offload`` keeps all of it in host memory,
+where attention then runs on the CPU.
 
 Two engine constants, each derived from a published llama.cpp measurement on another machine than
 the ones the validation checks, apply to every scenario (both can be overridden in ``options``):
@@ -16,20 +25,25 @@ the ones the validation checks, apply to every scenario (both can be overridden 
   tokens/s with the cache on the GPU and 45.91 with ``--no-kv-offload`` (threadpool build), whose
   difference is 64 hand-overs per token, two per layer.
 
-The hidden state enters the GPU once per token (the token embeddings stay in host memory) and the
-logits come back; with ``no_kv_offload`` every GPU layer hands its attention to the CPU and back.
+CPU-side matmuls stream their weights at ``cpu_weight_rate``; the logits come back to the host for
+sampling.
 """
 
 from __future__ import annotations
 
+import itertools
+import re
 from functools import cache
+from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from kvoffload.model import decode, kv
+from kvoffload.model import decode, kv, routing, tensor_groups
 from kvoffload.model.prediction import Prediction, Resolved, Scenario
+from kvoffload.model.tensor_groups import TensorTable
 from kvoffload.spec import catalog
+from kvoffload.spec.units import format_bytes
 
 
 @cache
@@ -54,8 +68,43 @@ class Options(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     n_gpu_layers: int | None = Field(None, ge=0, le=100_000, strict=True)  # default: everything
     no_kv_offload: bool = Field(False, strict=True)
+    n_cpu_moe: int = Field(0, ge=0, le=100_000, strict=True)  # --n-cpu-moe N
+    cpu_moe: bool = Field(False, strict=True)  # --cpu-moe
+    override_tensor: tuple[str, ...] = ()  # -ot, each "REGEX=CPU" or "REGEX=CUDA0" (or =cpu/=gpu)
     gpu_share: float | None = Field(None, gt=0, le=1)  # default: catalog/engine_constants.yaml
     split_sync_us: float | None = Field(None, ge=0, le=100_000)  # default: from PR #7526
+
+    @field_validator("override_tensor", mode="before")
+    @classmethod
+    def _rules(cls, v: Any) -> Any:
+        if isinstance(v, str):  # -ot takes a comma-separated list
+            v = [x for x in v.split(",") if x.strip()]
+        if not isinstance(v, list | tuple) or len(v) > 1000:
+            raise ValueError("must be a list of 'REGEX=CPU' or 'REGEX=CUDA0' entries")
+        for entry in v:
+            _parse_rule(entry)
+        return tuple(v)
+
+
+_DEVICES = {"cpu": "cpu", "gpu": "gpu"}
+
+
+def _parse_rule(entry: Any) -> tuple[str, str]:
+    """Return (pattern, 'cpu' | 'gpu') from one ``-ot`` entry, refusing what llama.cpp would."""
+    if not isinstance(entry, str) or "=" not in entry or len(entry) > 1000:
+        raise ValueError(f"override {entry!r} must be 'REGEX=CPU' or 'REGEX=CUDA0'")
+    pattern, _, buffer = entry.rpartition("=")
+    name = buffer.strip().lower()
+    device = _DEVICES.get(name) or (
+        "gpu" if re.fullmatch(r"(cuda|rocm|vulkan|metal|gpu)\d*", name) else ""
+    )
+    if not pattern or not device:
+        raise ValueError(f"override {entry!r}: buffer {buffer!r} is not CPU or a GPU (CUDA0, ...)")
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"override {entry!r}: bad regular expression ({exc})") from None
+    return pattern, device
 
 
 def placement(sc: Scenario) -> tuple[int, np.ndarray]:
@@ -67,6 +116,34 @@ def placement(sc: Scenario) -> tuple[int, np.ndarray]:
     return ngl, np.arange(n + 1) >= i_gpu_start
 
 
+def override_rules(o: Options) -> tuple[tuple[str, str], ...]:
+    """Return the tensor overrides in llama.cpp's order: ``-ot`` entries, then the MoE flags."""
+    rules = [_parse_rule(e) for e in o.override_tensor]
+    if o.cpu_moe:
+        rules.append((EXPS_REGEX, "cpu"))
+    rules += [(rf"blk\.{i}{EXPS_REGEX}", "cpu") for i in range(o.n_cpu_moe)]
+    return tuple(rules)
+
+
+# common/common.h LLM_FFN_EXPS_REGEX: the routed-expert tensors (gate, up, down, fused gate_up)
+EXPS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
+
+
+def tensor_devices(sc: Scenario) -> tuple[TensorTable, np.ndarray]:
+    """Return the model's tensors and, per tensor, True where its weights live on the GPU."""
+    table = tensor_groups.tensor_table(sc.model, sc.setup.weights)
+    _, layer_on_gpu = placement(sc)
+    on_gpu = np.where(table.position >= 0, layer_on_gpu[np.maximum(table.position, 0)], False)
+    forced = tensor_groups.match_overrides(table, override_rules(sc.options))
+    on_gpu = np.where(forced == "gpu", True, np.where(forced == "cpu", False, on_gpu))
+    return table, on_gpu.astype(bool)
+
+
+def cpu_weight_rate(sc: Scenario) -> float:
+    """Return the rate (B/s) at which CPU-side matmuls stream their weights from host memory."""
+    return sc.system.host.memory_bandwidth.value
+
+
 def _constants(sc: Scenario) -> tuple[float, float]:
     o = sc.options
     share = o.gpu_share if o.gpu_share is not None else gpu_share_default()
@@ -74,57 +151,88 @@ def _constants(sc: Scenario) -> tuple[float, float]:
     return share, sync
 
 
+def _hand_overs(sc: Scenario, table: TensorTable, on_gpu: np.ndarray) -> tuple[int, int]:
+    """Return the device changes along one token's graph: (host->GPU, GPU->host).
+
+    Each layer runs its matmuls in order, each where its weights are (norms and biases go with
+    the op they follow), and its attention where its KV lives, after the attention projections;
+    the token embedding is looked up in host memory and the logits are sampled there.
+    """
+    _, layer_on_gpu = placement(sc)
+    kv_on_gpu = layer_on_gpu[:-1] & (not sc.options.no_kv_offload)
+    norms = tensor_groups.GROUPS.index("norms")
+    attention = tensor_groups.GROUPS.index("attention")
+    is_op = (table.group != norms) & np.array([not n.endswith(".bias") for n in table.names])
+    seq = [False]  # False: host, True: GPU; the embedding lookup runs on the host
+    for p in range(sc.model.n_layers):
+        ops = np.flatnonzero((table.position == p) & is_op)
+        attn = [i for i in ops if table.group[i] == attention]
+        rest = [i for i in ops if table.group[i] != attention]
+        seq += (
+            [bool(on_gpu[i]) for i in attn] + [bool(kv_on_gpu[p])] + [bool(on_gpu[i]) for i in rest]
+        )
+    head = np.flatnonzero((table.position == sc.model.n_layers) & is_op)
+    seq += [bool(on_gpu[i]) for i in head] + [False]  # sampling on the host
+    ups = sum((not a) and b for a, b in itertools.pairwise(seq))
+    downs = sum(a and (not b) for a, b in itertools.pairwise(seq))
+    return ups, downs
+
+
 def step_parts(sc: Scenario, context: np.ndarray, batch: float) -> dict[str, np.ndarray]:
     """Return seconds per token on the GPU, on the CPU and crossing devices, over ``context``."""
     system, model = sc.system, sc.model
     share, sync = _constants(sc)
     pinned = sc.pinned_or(True)  # the CUDA backend copies through pinned host buffers
+    table, on_gpu = tensor_devices(sc)
     lay = decode.layers(model, sc.setup.weights)
-    _, on_gpu = placement(sc)
-    order = np.array(lay.order)
-    c = len(lay.count)
-    gpu_count = np.bincount(order[on_gpu], minlength=c).astype(float)
-    cpu_count = np.bincount(order[~on_gpu], minlength=c).astype(float)
-    nkvo = sc.options.no_kv_offload
-    kv_split = decode.Split(0.0, 1.0, 0.0) if nkvo else decode.Split()
-    gsetup = decode.Setup(
-        system,
-        model,
-        sc.setup.weights,
-        sc.setup.kv,
-        decode.Placement(kv=kv_split, attention="cpu" if nkvo else "gpu", pinned=pinned),
+    k, n = lay.expert_use
+    touched = float(routing.touched_share(n, k, batch))
+    read = table.nbytes * np.where(table.routed, touched, 1.0)  # bytes a step reads per tensor
+    flops = 2 * batch * table.params * np.where(table.routed, k / n, 1.0)
+    w_gpu = table.by_position(read, on_gpu)
+    w_cpu = table.by_position(read, ~on_gpu)
+    f_gpu = table.by_position(flops, on_gpu)
+    f_cpu = table.by_position(flops, ~on_gpu)
+    _, layer_on_gpu = placement(sc)
+    kv_gpu_layer = np.append(layer_on_gpu[:-1] & (not sc.options.no_kv_offload), False)
+    # attention over each position's cache, one request's bytes and FLOPs per cached token
+    pos_class = np.array(lay.order)
+    ctx = np.asarray(context, dtype=np.float64)[..., None]
+    held = np.minimum(ctx, lay.window[pos_class])
+    kvb = lay.kv_per_token[pos_class] * float(
+        kv.bytes_per_token_per_layer(sc.setup.cache_model, sc.setup.kv)[0]
     )
-    ctx = np.asarray(context, dtype=np.float64)
-    per = decode.stream_times(gsetup, ctx, batch)
-    gpu = per["gpu"] @ gpu_count / share
-    attn_cpu = per["cpu"] @ gpu_count  # -nkvo: the GPU layers' attention runs on the CPU
-    link = (per["h2d"] + per["d2h"]) @ gpu_count
-    # CPU layers: weights and cache streamed from host DRAM, or FLOPs at the CPU's rate
-    held = np.minimum(ctx[..., None], lay.window)
-    kvb = lay.kv_per_token * float(kv.bytes_per_token_per_layer(model, sc.setup.kv)[0])
-    bytes_cpu = lay.weight_bytes + batch * held * kvb
-    flops_cpu = batch * (lay.dense_flops + lay.attn_flops * held)
-    cpu_layers = (
+    kv_bytes = batch * held * kvb
+    attn_flops = batch * held * lay.attn_flops[pos_class]
+    gpu_att = np.where(kv_gpu_layer, 1.0, 0.0)
+    hbm, att_bw = system.gpu.streaming_bandwidth, system.gpu.attention_rate
+    gpu = (
         np.maximum(
-            bytes_cpu / system.host.memory_bandwidth.value, flops_cpu / system.host.flops.value
-        )
-        @ cpu_count
+            w_gpu / hbm + kv_bytes * gpu_att / att_bw,
+            (f_gpu + attn_flops * gpu_att) / system.compute_rate,
+        ).sum(axis=-1)
+        / share
     )
-    crossings = 0.0
-    if on_gpu.any():  # the hidden state enters the GPU where the CPU part (or the lookup) ends
-        hidden = batch * model.hidden * 2
-        crossings = (
-            hidden / system.copy_rate("h2d", pinned=pinned) + system.link.latency.value + sync
-        )
-    if on_gpu[-1]:  # logits come back to the host for sampling
-        crossings += (
-            batch * model.vocab * 4 / system.copy_rate("d2h", pinned=pinned)
-            + system.link.latency.value
-            + sync
-        )
-    if nkvo:  # every GPU layer hands its attention to the CPU and takes the result back
-        crossings += 2 * sync * float(gpu_count[lay.attn_flops > 0].sum())
-    return {"gpu": gpu, "cpu": cpu_layers + attn_cpu, "link": link + crossings}
+    host_bw, host_flops = system.host.memory_bandwidth.value, system.host.flops.value
+    cpu = np.maximum(
+        w_cpu / cpu_weight_rate(sc) + kv_bytes * (1 - gpu_att) / host_bw,
+        (f_cpu + attn_flops * (1 - gpu_att)) / host_flops,
+    ).sum(axis=-1)
+    ups, downs = _hand_overs(sc, table, on_gpu)
+    activations = batch * model.hidden * 4  # llama.cpp's activations are f32
+    lat = system.link.latency.value
+    link = ups * (activations / system.copy_rate("h2d", pinned=pinned) + lat + sync)
+    logits_on_gpu = bool(
+        on_gpu[
+            (table.position == model.n_layers)
+            & (table.group == tensor_groups.GROUPS.index("output"))
+        ].any()
+    )
+    down_bytes = np.full(downs, activations, dtype=np.float64)
+    if logits_on_gpu and downs:  # the last hand-over brings the logits back for sampling
+        down_bytes[-1] = batch * model.vocab * 4
+    link = link + float((down_bytes / system.copy_rate("d2h", pinned=pinned) + lat + sync).sum())
+    return {"gpu": gpu, "cpu": cpu, "link": np.broadcast_to(link, np.shape(gpu))}
 
 
 def _shares(on_gpu: float, on_cpu: float) -> decode.Split:
@@ -135,23 +243,23 @@ def _shares(on_gpu: float, on_cpu: float) -> decode.Split:
 
 def predict(sc: Scenario) -> Prediction:
     """Return llama.cpp's time per token, prefill and memory for the scenario."""
-    system, model = sc.system, sc.model
+    system, model, o = sc.system, sc.model, sc.options
     t = decode.samples(sc.generate)
     parts = step_parts(sc, sc.prompt + t, sc.batch)
     step = parts["gpu"] + parts["cpu"] + parts["link"]  # llama.cpp runs the graph in order
-    ngl, on_gpu = placement(sc)
-    lay = decode.layers(model, sc.setup.weights)
-    order = np.array(lay.order)
-    w_gpu = float(lay.weight_bytes[order[on_gpu]].sum())
-    w_cpu = float(lay.weight_bytes[order[~on_gpu]].sum())
+    ngl, layer_on_gpu = placement(sc)
+    table, on_gpu = tensor_devices(sc)
+    w_gpu = float(table.nbytes[on_gpu].sum())
+    w_cpu = float(table.nbytes[~on_gpu].sum())  # the token embeddings included
     final = sc.prompt + sc.generate
-    kv_layers = kv.layer_bytes(model, final, sc.setup.kv) * sc.batch
-    gpu_layer_mask = on_gpu[:-1]
-    kv_gpu = 0.0 if sc.options.no_kv_offload else float(kv_layers[gpu_layer_mask].sum())
+    kv_layers = kv.layer_bytes(sc.setup.cache_model, final, sc.setup.kv) * sc.batch
+    kv_gpu = 0.0 if o.no_kv_offload else float(kv_layers[layer_on_gpu[:-1]].sum())
     kv_cpu = float(kv_layers.sum()) - kv_gpu
-    # prefill: batches of 32+ tokens copy the CPU layers' weights to the GPU and run there
+    # prefill: batches of 32+ tokens copy the CPU-resident weights (not the embedding table) to the
+    # GPU and run there
+    streamed = float(table.nbytes[~on_gpu & (table.position >= 0)].sum())
     on_gpu_setup = decode.Setup(system, model, sc.setup.weights, sc.setup.kv)
-    ttft = float(decode.ttft(on_gpu_setup, sc.prompt, sc.batch)) + w_cpu / system.copy_rate(
+    ttft = float(decode.ttft(on_gpu_setup, sc.prompt, sc.batch)) + streamed / system.copy_rate(
         "h2d", pinned=sc.pinned_or(True)
     )
     mem = decode.Memory(
@@ -160,17 +268,25 @@ def predict(sc: Scenario) -> Prediction:
         disk=np.asarray(0.0),
         staging=np.asarray(0.0),
     )
-    first = int(np.argmax(on_gpu)) if on_gpu.any() else model.n_layers + 1
+    first = int(np.argmax(layer_on_gpu)) if layer_on_gpu.any() else model.n_layers + 1
     where = (
         "all on the CPU"
-        if not on_gpu.any()
+        if not layer_on_gpu.any()
         else f"layers {first}–{model.n_layers - 1} and the output layer on the GPU"
         if first < model.n_layers
         else "the output layer on the GPU"
     )
+    rules = override_rules(o)
+    moved = (
+        []
+        if not rules
+        else [
+            f"{len(rules)} tensor override(s): {tensor_groups_summary(table, on_gpu, layer_on_gpu)}"
+        ]
+    )
     kv_where = (
         "all KV in host memory (attention on the CPU)"
-        if sc.options.no_kv_offload
+        if o.no_kv_offload
         else "each layer's KV with its layer"
     )
     return Prediction(
@@ -190,7 +306,7 @@ def predict(sc: Scenario) -> Prediction:
         resolved=Resolved(
             weights=_shares(w_gpu, w_cpu),
             kv=_shares(kv_gpu, kv_cpu),
-            attention="cpu" if sc.options.no_kv_offload else "gpu",
+            attention="cpu" if o.no_kv_offload else "gpu",
             overlap="none",  # llama.cpp runs the graph's nodes in order
             pinned=sc.pinned_or(True),
             weights_format=sc.setup.weights,
@@ -199,7 +315,35 @@ def predict(sc: Scenario) -> Prediction:
         settings={
             "n_gpu_layers": ngl,
             "gpu_layers_from": first,
-            "no_kv_offload": sc.options.no_kv_offload,
+            "no_kv_offload": o.no_kv_offload,
+            "n_cpu_moe": o.n_cpu_moe,
+            "cpu_moe": o.cpu_moe,
+            "override_tensor": list(o.override_tensor),
+            "weights_on_cpu_by_group": {
+                g: float(b)
+                for g, b in zip(
+                    tensor_groups.GROUPS, table.by_group(table.nbytes, ~on_gpu), strict=True
+                )
+                if b
+            },
         },
-        policy=f"-ngl {ngl}: {where}; {kv_where}",
+        policy="; ".join([f"-ngl {ngl}: {where}", *moved, kv_where]),
     )
+
+
+def tensor_groups_summary(table: TensorTable, on_gpu: np.ndarray, layer_on_gpu: np.ndarray) -> str:
+    """Return which groups the overrides moved off (or onto) their layer's device, in words."""
+    layer_dev = np.where(table.position >= 0, layer_on_gpu[np.maximum(table.position, 0)], False)
+    off = table.by_group(table.nbytes, layer_dev & ~on_gpu)
+    on = table.by_group(table.nbytes, ~layer_dev & on_gpu)
+    words = [
+        f"{g} to the CPU ({format_bytes(b)})"
+        for g, b in zip(tensor_groups.GROUPS, off, strict=True)
+        if b
+    ]
+    words += [
+        f"{g} to the GPU ({format_bytes(b)})"
+        for g, b in zip(tensor_groups.GROUPS, on, strict=True)
+        if b
+    ]
+    return ", ".join(words) or "nothing moved"

@@ -28,7 +28,7 @@ OVERLAP_MODES = ("none", "perfect", "pipeline", "flexgen")
 STREAMS = ("gpu", "cpu", "h2d", "d2h", "disk_read", "disk_write")
 STREAM_NAMES = {
     "gpu": "GPU compute and memory",
-    "cpu": "CPU attention",
+    "cpu": "CPU work (attention over host-resident KV, CPU-side layers)",
     "h2d": "host→GPU link",
     "d2h": "GPU→host link",
     "disk_read": "disk reads",
@@ -130,8 +130,9 @@ def layers(model: Model, weights: WeightFormat) -> Layers:
         if t.role.startswith("exp_"):
             per_layer_expert_params[t.layer] += t.params
     if model.moe:
-        share = wb.per_layer / np.maximum(per_layer_params, 1)
-        per_layer_expert = per_layer_expert_params * share
+        # the routed experts' own bytes: a format may store them apart (gpt-oss: MXFP4 experts,
+        # 16-bit attention)
+        per_layer_expert = np.asarray(wb.experts, dtype=np.float64)
     k, n = (model.moe.experts_per_token, model.moe.n_experts) if model.moe else (1, 1)
     active_params = per_layer_params - per_layer_expert_params * (1 - k / n)
     attn = 2 * model.n_heads * (model.head_dim + model.v_head_dim)

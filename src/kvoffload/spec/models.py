@@ -14,6 +14,7 @@ from kvoffload.spec.errors import InputError
 from kvoffload.spec.inputs import load_mapping
 from kvoffload.spec.precision import (
     WeightFormat,
+    fp4_bytes,
     ggml_bytes,
     use_more_bits,
 )
@@ -155,19 +156,26 @@ class Model:
         )
         return self.params - idle
 
+    def tensor_bytes(self, fmt: WeightFormat) -> tuple[tuple[Tensor, int], ...]:
+        """Return every weight tensor class with its bytes in format ``fmt``."""
+        return tuple((t, _tensor_bytes(self, t, fmt)) for t in self.tensors())
+
     def weight_bytes(self, fmt: WeightFormat) -> WeightBytes:
         """Return the weight bytes in format ``fmt``: per layer, embeddings, output layer."""
         per_layer = np.zeros(self.n_layers, dtype=np.int64)
+        experts = np.zeros(self.n_layers, dtype=np.int64)
         embedding = output = 0
         for t in self.tensors():
             b = _tensor_bytes(self, t, fmt)
             if t.layer is not None:
                 per_layer[t.layer] += b
+                if t.role.startswith("exp_"):
+                    experts[t.layer] += b
             elif t.role == "output" or (t.role == "norm_final"):
                 output += b
             else:
                 embedding += b
-        return WeightBytes(fmt, per_layer, int(embedding), int(output))
+        return WeightBytes(fmt, per_layer, int(embedding), int(output), experts)
 
 
 @dataclass(frozen=True)
@@ -178,6 +186,7 @@ class WeightBytes:
     per_layer: np.ndarray  # bytes of each repeating layer
     embedding: int  # token (and position) embeddings
     output: int  # final norm and output projection (lm_head); 0 extra when tied in HF formats
+    experts: np.ndarray | None = None  # of per_layer, the routed experts' matrices (0: dense)
 
     @property
     def total(self) -> int:
@@ -283,15 +292,35 @@ def _mlp_tensors(m: Model, i: int) -> list[Tensor]:
 _DECODER_LINEAR = (
     "attn_", "ffn_", "exp_", "shexp_",
 )  # fmt: skip
+_GGUF_BASE = {
+    WeightFormat.Q8_0: "q8_0",
+    WeightFormat.Q6_K: "q6_k",
+    WeightFormat.Q5_K_M: "q5_k",
+    WeightFormat.Q4_0: "q4_0",
+    WeightFormat.Q4_K_M: "q4_k",
+}
+_K_M = (WeightFormat.Q4_K_M, WeightFormat.Q5_K_M)
+# llama.cpp's "attention-v-like" tensors (category_is_attn_v in src/llama-quant.cpp)
+_ATTN_V = ("attn_v", "attn_kv_b")
+_FFN_DOWN = ("ffn_down", "exp_down", "shexp_down")
+# ModelOpt NVFP4 exports two fp32 scalars per quantised matrix: weight_scale_2 and input_scale.
+_NVFP4_TENSOR_SCALES = 8
 
 
 def _tensor_bytes(m: Model, t: Tensor, fmt: WeightFormat) -> int:
+    if fmt is WeightFormat.FP32:
+        return 4 * t.params
     if fmt in (WeightFormat.BF16, WeightFormat.FP16):
         return 2 * t.params
     if fmt.is_gguf:
         if t.vector or t.role == "router":
             return 4 * t.params  # llama.cpp keeps 1-D tensors and the MoE router in f32
         return t.count * ggml_bytes(t.rows, t.cols, _gguf_type(m, t, fmt))
+    if fmt in (WeightFormat.MXFP4, WeightFormat.NVFP4):
+        if t.vector or not _fp4_tensor(m, t, fmt):
+            return 2 * t.params  # everything else stays bf16 in these checkpoints
+        scalars = _NVFP4_TENSOR_SCALES if fmt is WeightFormat.NVFP4 else 0
+        return t.count * (fp4_bytes(t.rows, t.cols, fmt) + scalars)
     linear = t.role.startswith(_DECODER_LINEAR)
     if not linear:
         return 2 * t.params  # embeddings, lm_head, norms, router stay 16-bit in HF checkpoints
@@ -302,21 +331,43 @@ def _tensor_bytes(m: Model, t: Tensor, fmt: WeightFormat) -> int:
     return t.count * t.rows * (t.cols // 2 + groups * 2 + (groups + 1) // 2)
 
 
+def _fp4_tensor(m: Model, t: Tensor, fmt: WeightFormat) -> bool:
+    """True when an FP4 checkpoint of ``m`` stores the matrix ``t`` in FP4.
+
+    MXFP4 as gpt-oss ships it: only the routed experts (config.json quantization_config
+    modules_to_not_convert = self_attn, mlp.router, embed_tokens, lm_head); a dense model has no
+    experts, so its decoder linears take MXFP4 instead (Quark's MXFP4 configs, exclude [lm_head]).
+    NVFP4 as NVIDIA ModelOpt exports it: every decoder linear; its default config disables the
+    quantizers of lm_head and the MoE routers, and embeddings and norms are not linears.
+    """
+    if fmt is WeightFormat.MXFP4 and m.moe:
+        return t.role.startswith("exp_")
+    return t.role.startswith(_DECODER_LINEAR)
+
+
 def _gguf_type(m: Model, t: Tensor, fmt: WeightFormat) -> str:
-    base = {WeightFormat.Q8_0: "q8_0", WeightFormat.Q4_0: "q4_0", WeightFormat.Q4_K_M: "q4_k"}[fmt]
-    output_type = "q8_0" if fmt is WeightFormat.Q8_0 else "q6_k"
+    """Return llama.cpp's ggml type for a matrix (llama_tensor_get_type, src/llama-quant.cpp)."""
+    base = _GGUF_BASE[fmt]
     if t.role == "output" or (t.role == "embed" and m.tie_embeddings):
-        return output_type
-    if fmt is not WeightFormat.Q4_K_M or t.layer is None:
+        return "q8_0" if fmt is WeightFormat.Q8_0 else "q6_k"
+    if t.layer is None:
+        return base
+    eight_experts = m.moe is not None and m.moe.n_experts == 8
+    if eight_experts and t.role in ("attn_k", *_ATTN_V):
+        return "q8_0"  # llama.cpp bumps 8-expert models' (Mixtral's) attn_k and attn_v to q8_0
+    if fmt not in _K_M:
         return base
     more = use_more_bits(t.layer, m.n_layers)
-    if t.role == "attn_v":
+    if t.role in _ATTN_V:
         if more:
             return "q6_k"
-        # llama.cpp gives 70B-class models (8 query heads per KV head) q5_k for attn_v
-        return "q5_k" if m.n_layers == 80 and m.n_heads == 8 * m.n_kv_heads else base
-    if t.role in ("ffn_down", "exp_down", "shexp_down") and more:
+        # llama.cpp gives 70B-class models (8 query heads per KV head) q5_k for a q4_k attn_v
+        seventy_b = m.n_layers == 80 and m.n_heads == 8 * m.n_kv_heads
+        return "q5_k" if seventy_b and fmt is WeightFormat.Q4_K_M else base
+    if t.role in _FFN_DOWN and more:
         return "q6_k"
+    if eight_experts and t.role == "attn_o" and fmt is WeightFormat.Q4_K_M:
+        return "q5_k"
     return base
 
 

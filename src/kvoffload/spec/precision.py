@@ -14,17 +14,33 @@ class WeightFormat(StrEnum):
 
     BF16 = "bf16"
     FP16 = "fp16"
+    FP32 = "fp32"  # every tensor in fp32 (4 bytes a value)
     FP8 = "fp8"  # FP8 checkpoint: decoder linears in e4m3, per-channel scales
     INT8 = "int8"  # W8A8 checkpoint (SmoothQuant / llm-compressor): per-channel scales
     INT4 = "int4"  # AWQ / GPTQ, group size 128: fp16 scale + 4-bit zero per group
+    MXFP4 = "mxfp4"  # OCP MX: 32 E2M1 values + one E8M0 scale; gpt-oss puts only experts in it
+    NVFP4 = "nvfp4"  # ModelOpt: 16 E2M1 values + one E4M3 scale, fp32 scales per tensor
     Q8_0 = "q8_0"  # GGUF
+    Q6_K = "q6_k"  # GGUF k-quant, every matrix in q6_K
+    Q5_K_M = "q5_k_m"  # GGUF mixed k-quant
     Q4_0 = "q4_0"  # GGUF
     Q4_K_M = "q4_k_m"  # GGUF mixed k-quant
 
     @property
     def is_gguf(self) -> bool:
         """True for llama.cpp's GGUF formats."""
-        return self in (WeightFormat.Q8_0, WeightFormat.Q4_0, WeightFormat.Q4_K_M)
+        return self in _GGUF_FORMATS
+
+
+_GGUF_FORMATS = frozenset(
+    {
+        WeightFormat.Q8_0,
+        WeightFormat.Q6_K,
+        WeightFormat.Q5_K_M,
+        WeightFormat.Q4_0,
+        WeightFormat.Q4_K_M,
+    }
+)
 
 
 class KvFormat(StrEnum):
@@ -77,7 +93,10 @@ def kv_vector_bytes(n: int, fmt: KvFormat) -> int:
     raise AssertionError(fmt)  # pragma: no cover
 
 
-# ggml block types: (elements per block, bytes per block). Source: ggml/src/ggml-common.h.
+# ggml block types: (elements per block, bytes per block). Source: ggml/src/ggml-common.h
+# (ggml-org/llama.cpp 01243c58): block_q5_K = 2 fp16 + 12 scale bytes + 32 high bits + 128 low
+# nibbles = 176; block_q6_K = 128 + 64 + 16 scales + fp16 = 210; block_mxfp4 = E8M0 + 16 = 17;
+# block_nvfp4 = 4 UE4M3 scales + 32 = 36 per 64 (ggml keeps no per-tensor scale).
 GGML_BLOCKS: dict[str, tuple[int, int]] = {
     "f32": (1, 4),
     "f16": (1, 2),
@@ -88,7 +107,14 @@ GGML_BLOCKS: dict[str, tuple[int, int]] = {
     "q4_k": (256, 144),
     "q5_k": (256, 176),
     "q6_k": (256, 210),
+    "mxfp4": (32, 17),
+    "nvfp4": (64, 36),
 }
+
+# FP4 checkpoints (safetensors): values per scale block, bytes per block (packed E2M1 + scale).
+# MXFP4 (OCP Microscaling, gpt-oss's *_blocks/*_scales): 32 values in 16 bytes + one E8M0 byte.
+# NVFP4 (NVIDIA ModelOpt): 16 values in 8 bytes + one FP8 E4M3 byte (weight / weight_scale).
+FP4_BLOCKS: dict[str, tuple[int, int]] = {"mxfp4": (32, 17), "nvfp4": (16, 9)}
 
 # llama.cpp falls back when a row length is not a multiple of 256 (llama-quant.cpp).
 _K_FALLBACK = {"q4_k": "q5_0", "q5_k": "q5_1", "q6_k": "q8_0"}
@@ -103,6 +129,12 @@ def ggml_bytes(rows: int, row_len: int, ggml_type: str) -> int:
         if block > 1 and row_len % block:
             block, size = GGML_BLOCKS["f16"]
     return rows * (row_len // block) * size
+
+
+def fp4_bytes(rows: int, row_len: int, fmt: WeightFormat) -> int:
+    """Return the bytes of a rows x row_len matrix in MXFP4 or NVFP4: values and block scales."""
+    block, size = FP4_BLOCKS[fmt.value]
+    return rows * math.ceil(row_len / block) * size
 
 
 def use_more_bits(i_layer: int, n_layers: int) -> bool:
