@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from kvoffload.model import decode, kv, routing, tensor_groups
+from kvoffload.model import cpu_rate, decode, kv, routing, tensor_groups
 from kvoffload.model.prediction import Prediction, Resolved, Scenario
 from kvoffload.model.tensor_groups import TensorTable
 from kvoffload.spec import catalog
@@ -71,6 +71,7 @@ class Options(BaseModel):
     n_cpu_moe: int = Field(0, ge=0, le=100_000, strict=True)  # --n-cpu-moe N
     cpu_moe: bool = Field(False, strict=True)  # --cpu-moe
     override_tensor: tuple[str, ...] = ()  # -ot, each "REGEX=CPU" or "REGEX=CUDA0" (or =cpu/=gpu)
+    threads: int | None = Field(None, ge=1, le=4096, strict=True)  # -t; default: host.threads
     gpu_share: float | None = Field(None, gt=0, le=1)  # default: catalog/engine_constants.yaml
     split_sync_us: float | None = Field(None, ge=0, le=100_000)  # default: from PR #7526
 
@@ -140,8 +141,8 @@ def tensor_devices(sc: Scenario) -> tuple[TensorTable, np.ndarray]:
 
 
 def cpu_weight_rate(sc: Scenario) -> float:
-    """Return the rate (B/s) at which CPU-side matmuls stream their weights from host memory."""
-    return sc.system.host.memory_bandwidth.value
+    """Return the rate (B/s) at which CPU-side matmuls stream their weights (model/cpu_rate.py)."""
+    return cpu_rate.weight_stream_rate(sc.system.host, sc.setup.weights, sc.options.threads)
 
 
 def _constants(sc: Scenario) -> tuple[float, float]:

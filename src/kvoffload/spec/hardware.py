@@ -92,6 +92,15 @@ class Host(BaseModel):
     memory_bandwidth_peak: LinkBandwidth | None = None
     flops: FlopRate
     cores: int | None = Field(None, ge=1, le=4096)
+    # cores that run matmul threads at full speed (P-cores of a hybrid CPU); default: cores
+    performance_cores: int | None = Field(None, ge=1, le=4096)
+    # threads CPU-side matmuls use (llama.cpp -t); default: the performance cores
+    threads: int | None = Field(None, ge=1, le=4096)
+
+    @property
+    def matmul_threads(self) -> int | None:
+        """Return the threads CPU-side matmuls run on: ``threads``, else the performance cores."""
+        return self.threads or self.performance_cores or self.cores
 
     @model_validator(mode="after")
     def _achievable_below_peak(self) -> Host:
