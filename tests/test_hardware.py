@@ -14,6 +14,7 @@ GPU_IDS = set(
     [
         "a100-40gb-sxm",
         "a100-40gb-pcie",
+        "rtx-2080",
         "a100-80gb-sxm",
         "a100-80gb-pcie",
         "h100-sxm",
