@@ -85,7 +85,7 @@ BAD = {
     ),
     "over-host": (
         SCENARIO.format(hardware="rtx-3070-ti-desktop")
-        .replace("batch: 1, prompt: 128000", "batch: 16, prompt: 32000")
+        .replace("batch: 1, prompt: 128000", "batch: 64, prompt: 32000")
         .replace("weights: {gpu: 1.0}", "weights: {cpu: 1.0}"),
         "placement: does not fit: host memory needs",
     ),
