@@ -45,7 +45,9 @@ def test_fastest_is_the_shortest_predicted_step(predictions):
     best = engines_compared.fastest(predictions)
     assert best.tpot_ms == predictions["TPOT (ms)"].min()
     assert predictions.loc[predictions["TPOT (ms)"].idxmin(), "engine"] == best.engine
-    assert best.flexgen_policy.startswith("searched")
+    # at a 32,000-token prompt FlexGen's prefill holds the whole score matrix, 32 heads x 32k^2 x 2 B
+    # = 65 GB per sequence, beyond 80% of an 80 GB GPU (its cost model's limit): it is refused
+    assert "found no policy" in best.flexgen_policy and "GiB" in best.flexgen_policy
 
 
 def test_llamacpp_half_and_half_is_near_the_harmonic_mean_of_the_ends():

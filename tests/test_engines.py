@@ -156,10 +156,7 @@ def test_flexgen_search_never_loses_to_a_feasible_policy_from_the_table():
         given = parse_scenario(validation.scenario_of(row), name=row["id"])
         pol = flexgen.given_policy(given)
         c = flexgen.cost(given, pol, given.options)
-        feasible = (
-            c.gpu_bytes[0] <= given.system.gpu.memory.value
-            and c.cpu_bytes[0] <= given.system.host_memory
-        )
+        feasible = bool(flexgen.fits(given, c)[0])  # every tier, and FlexGen's own LP limit
         searched = parse_scenario(
             {
                 **validation.scenario_of(row),
@@ -170,7 +167,7 @@ def test_flexgen_search_never_loses_to_a_feasible_policy_from_the_table():
         _, costs, best = flexgen.search(searched)
         if feasible:
             assert costs.throughput[best] >= c.throughput[0] * (1 - 1e-9), row["id"]
-        assert costs.gpu_bytes[best] <= given.system.gpu.memory.value
+        assert costs.gpu_bytes[best] <= given.system.gpu_memory
 
 
 def test_flexgen_option_errors_name_the_field():
@@ -284,22 +281,3 @@ def test_validation_error_does_not_regress():
     assert t4["within_2x"] >= T4_TABLE["within_2x"], t4
 
 
-def test_zero_kv_offload_stores_grouped_heads_expanded():
-    # model-support.md: the CPU cache is 2 x layers x batch x length x hidden
-    def run(kv_offload):
-        sc = scenario(
-            "zero-inference",
-            {"weights": "cpu", "kv_offload": kv_offload},
-            hardware="a6000-lambda",
-            model="llama-2-70b",
-            weights="fp16",
-            batch=8,
-        )
-        return sc, predict(sc, check=False).memory
-
-    sc, on_host = run(True)
-    _, on_gpu = run(False)
-    m = sc.model
-    assert m.n_kv_heads < m.n_heads  # grouped-query attention
-    expanded = 2 * m.n_layers * 8 * (512 + 32) * m.n_heads * m.head_dim * 2  # fp16 K and V
-    assert float(on_host.cpu) - float(on_gpu.cpu) == pytest.approx(expanded, rel=1e-9)

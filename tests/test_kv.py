@@ -36,10 +36,26 @@ CONFORMANCE = {
     "deepseek-v3": 61 * (512 + 64) * 2,
     "gpt-oss-20b": 2 * 24 * 8 * 64 * 2,
     "gemma-2-9b": 2 * 42 * 8 * 256 * 2,
+    # MoE and hybrid models, by hand from the config.json in each catalog file (GQA: 2 x layers
+    # x KV heads x head_dim x 2 B over the attention layers only; recurrent layers add none)
+    "mixtral-8x7b": 2 * 32 * 8 * 128 * 2,  # 131,072
+    "qwen3-30b-a3b": 2 * 48 * 4 * 128 * 2,  # 98,304
+    "qwen3-235b-a22b": 2 * 94 * 4 * 128 * 2,  # 192,512
+    "gpt-oss-120b": 2 * 36 * 8 * 64 * 2,  # 73,728: 18 full + 18 sliding layers, none full yet
+    "glm-4.5-air": 2 * 46 * 8 * 128 * 2,  # 188,416 (the MTP layer is not a decoder layer)
+    "llama-4-scout": 2 * 48 * 8 * 128 * 2,  # 196,608: 12 global + 36 chunked layers
+    "kimi-k2": 61 * (512 + 64) * 2,  # 70,272: MLA latent, as DeepSeek-V3
+    "qwen3-next-80b-a3b": 2 * 12 * 2 * 256 * 2,  # 24,576: 12 attention layers; 36 are DeltaNet
 }
 
-# Layers that slide, and their window, from each config.
-WINDOWS = {"mistral-7b-v0.1": (32, 4096), "gpt-oss-20b": (12, 128), "gemma-2-9b": (21, 4096)}
+# Layers that slide (or attend within a chunk), and their window, from each config.
+WINDOWS = {
+    "mistral-7b-v0.1": (32, 4096),
+    "gpt-oss-20b": (12, 128),
+    "gemma-2-9b": (21, 4096),
+    "gpt-oss-120b": (18, 128),
+    "llama-4-scout": (36, 8192),  # chunked: attention_chunk_size, an upper bound on what it holds
+}
 
 
 def test_every_catalog_model_has_a_conformance_vector():
@@ -54,7 +70,7 @@ def test_bytes_per_token(ident):
 @pytest.mark.parametrize("ident", sorted(CONFORMANCE))
 def test_sliding_layers_are_those_of_the_config(ident):
     model = load_model(ident)
-    sliding = [w for w in model.layer_windows if w is not None]
+    sliding = [w for w in model.layer_windows if w]  # None: full attention; 0: recurrent state
     n, window = WINDOWS.get(ident, (0, None))
     assert len(sliding) == n
     assert set(sliding) <= {window}

@@ -32,8 +32,20 @@ EXPECTED_IDS = set(
         "deepseek-v3",
         "gpt-oss-20b",
         "gemma-2-9b",
+        "mixtral-8x7b",
+        "qwen3-30b-a3b",
+        "qwen3-235b-a22b",
+        "gpt-oss-120b",
+        "glm-4.5-air",
+        "llama-4-scout",
+        "kimi-k2",
+        "qwen3-next-80b-a3b",
     ]
 )
+
+# Published totals rounded further than the 2% the test allows: Kimi K2's card says "1T" for
+# 1.026 T parameters counted from its config (61 MLA layers, 384 experts + 1 shared, untied).
+_PUBLISHED_ROUNDING = {"kimi-k2": 0.03}
 
 
 def test_catalog_ids_are_the_documented_ones():
@@ -44,17 +56,18 @@ def test_catalog_ids_are_the_documented_ones():
 def test_parameter_count_matches_the_published_one(ident):
     m = load_model(ident)
     assert m.published_params, f"{ident}: no published parameter count in the catalog"
-    # Llama-2-70B is published as "70B" but has 69.0 B parameters; everything else is within 1%.
-    assert m.params == pytest.approx(m.published_params, rel=0.02)
+    # Llama-2-70B is published as "70B" but has 69.0 B parameters; Llama 4 Scout's 109B counts
+    # its vision tower, which the catalog's text model leaves out; the rest are within 1%.
+    assert m.params == pytest.approx(m.published_params, rel=_PUBLISHED_ROUNDING.get(ident, 0.02))
 
 
-@pytest.mark.parametrize("ident", ["deepseek-v3", "gpt-oss-20b"])
+@pytest.mark.parametrize("ident", ["deepseek-v3", "gpt-oss-20b", "gpt-oss-120b"])
 def test_moe_active_parameters(ident):
     m = load_model(ident)
-    # Published "active" counts leave out the input embedding table (a lookup, not a matmul).
-    embedding = m.vocab * m.hidden
-    assert m.active_params - embedding == pytest.approx(m.published_active_params, rel=0.03)
-    assert m.active_params < m.params
+    # Active parameters leave out the input embedding table (a lookup, not a matmul), as
+    # OpenAI's gpt-oss model card (arXiv 2508.10925) counts them: 5.13 B for gpt-oss-120b.
+    assert m.active_params == pytest.approx(m.published_active_params, rel=0.03)
+    assert m.active_params < m.params - m.vocab * m.hidden
 
 
 @pytest.mark.parametrize(
@@ -168,7 +181,10 @@ GOOD = {
         ),
         ({"sliding_window": -4}, "sliding_window", "positive"),
         ({"layer_types": ["full_attention"]}, "layer_types", "one type per layer"),
-        ({"layer_types": ["mamba"] * 32}, "layer_types[0]", "unsupported"),
+        ({"layer_types": ["rwkv"] * 32}, "layer_types[0]", "unsupported"),
+        ({"layer_types": ["mamba"] * 32}, "mamba_n_heads", "missing"),
+        ({"layer_types": ["linear_attention"] * 32}, "linear_num_key_heads", "missing"),
+        ({"hybrid_override_pattern": "M*M-" * 8}, "hybrid_override_pattern", "not supported"),
         ({"tie_word_embeddings": "yes"}, "tie_word_embeddings", "true or false"),
         ({"intermediate_size": None}, "intermediate_size", "missing"),
     ],

@@ -1,6 +1,13 @@
 """InfLLM: the initial tokens and a local window stay on the GPU with a few representative keys per
 block of the rest; each step loads only the top-k blocks it selects, through a small GPU cache.
 Defaults are the released configuration (thunlp/InfLLM config/*.yaml).
+
+One GPU: the released runner loads the model onto one device
+(``AutoModelForCausalLM.from_pretrained(...).bfloat16().cuda()``, thunlp/InfLLM benchmark/pred.py at
+0fe9bc0f18472ff902c7237a3315ef46e043dad4), and its several-GPU script starts one such process per
+GPU on its own share of the data (scripts/multiprocessing-benchmark.sh at
+6205289276743b9812b8369dbeaea70aa6901452, ``CUDA_VISIBLE_DEVICES=${rank}``): independent copies, not
+one model over several GPUs. A profile with ``gpu.count`` above 1 is refused.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kvoffload.model import decode, kv
 from kvoffload.model.prediction import Prediction, Scenario, predict_setup
+from kvoffload.spec.errors import InputError
 
 
 class Options(BaseModel):
@@ -38,6 +46,13 @@ def moved_tokens(o: Options, context: int) -> int:
 
 def predict(sc: Scenario) -> Prediction:
     """Return InfLLM's prediction: attention over a bounded window, a few blocks moved per step."""
+    if sc.system.gpu.count > 1:
+        raise InputError(
+            f"InfLLM runs a model on one GPU (benchmark/pred.py: .cuda()); its several-GPU script "
+            f"runs separate copies, one scenario each: give a profile with 1 GPU, not "
+            f"{sc.system.gpu.count}",
+            field="hardware.gpu.count",
+        )
     o = sc.options
     span = o.n_init + o.n_local + o.topk * o.block_size
     attended = min(sc.prompt, span)

@@ -117,6 +117,36 @@ def placement(sc: Scenario) -> tuple[int, np.ndarray]:
     return ngl, np.arange(n + 1) >= i_gpu_start
 
 
+def gpu_split(sc: Scenario) -> np.ndarray:
+    """Return the GPU of each layer position and the output layer (-1: on the CPU).
+
+    ``--split-mode layer`` (the default) with no ``--tensor-split``: the split points are each
+    device's free memory, normalised and summed, and GPU layer ``il`` goes to
+    ``upper_bound(splits, (il - i_gpu_start) / act_gpu_layers)`` (ggml-org/llama.cpp
+    src/llama-model.cpp ``load_tensors`` at a5410f046c01d01330c8a42f13b64a211fedf2c3). The GPUs of
+    a profile are alike, so each holds an equal run of consecutive layers.
+    """
+    ngl, on_gpu = placement(sc)
+    count = sc.system.gpu.count
+    act = min(ngl, sc.model.n_layers + 1)
+    start = int(np.argmax(on_gpu)) if on_gpu.any() else len(on_gpu)
+    splits = np.arange(1, count + 1) / count
+    pos = (np.arange(len(on_gpu)) - start) / max(act, 1)
+    return np.where(on_gpu, np.searchsorted(splits, pos, side="right"), -1)
+
+
+def gpu_boundaries(sc: Scenario) -> int:
+    """Return how many times a token's graph passes from one GPU to the next (layer split)."""
+    used = gpu_split(sc)
+    return max(len(set(used[used >= 0].tolist())) - 1, 0)
+
+
+def layers_per_gpu(sc: Scenario) -> list[int]:
+    """Return how many layer positions (the output layer counts) each GPU holds."""
+    split = gpu_split(sc)
+    return np.bincount(split[split >= 0], minlength=sc.system.gpu.count).tolist()
+
+
 def override_rules(o: Options) -> tuple[tuple[str, str], ...]:
     """Return the tensor overrides in llama.cpp's order: ``-ot`` entries, then the MoE flags."""
     rules = [_parse_rule(e) for e in o.override_tensor]
@@ -201,9 +231,11 @@ def step_parts(sc: Scenario, context: np.ndarray, batch: float) -> dict[str, np.
     ctx = np.asarray(context, dtype=np.float64)[..., None]
     held = np.minimum(ctx, lay.window[pos_class])
     kvb = lay.kv_per_token[pos_class] * float(
-        kv.bytes_per_token_per_layer(sc.setup.cache_model, sc.setup.kv)[0]
+        kv.attention_layer_token_bytes(sc.setup.cache_model, sc.setup.kv)
     )
-    kv_bytes = batch * held * kvb
+    # a recurrent layer (gated DeltaNet, Mamba) reads its fixed state and writes it back each step
+    state = 2 * batch * lay.state_values[pos_class] * kv.state_value_bytes(sc.setup.kv)
+    kv_bytes = batch * held * kvb + state
     attn_flops = batch * held * lay.attn_flops[pos_class]
     gpu_att = np.where(kv_gpu_layer, 1.0, 0.0)
     hbm, att_bw = system.gpu.streaming_bandwidth, system.gpu.attention_rate
@@ -233,6 +265,10 @@ def step_parts(sc: Scenario, context: np.ndarray, batch: float) -> dict[str, np.
     if logits_on_gpu and downs:  # the last hand-over brings the logits back for sampling
         down_bytes[-1] = batch * model.vocab * 4
     link = link + float((down_bytes / system.copy_rate("d2h", pinned=pinned) + lat + sync).sum())
+    # --split-mode layer: the activations pass from one GPU to the next at each boundary (the
+    # profile has no GPU-GPU figure: its link's pinned rate and latency)
+    p2p = min(system.link_rate("h2d"), system.link_rate("d2h"))
+    link = link + gpu_boundaries(sc) * (activations / p2p + lat)
     return {"gpu": gpu, "cpu": cpu, "link": np.broadcast_to(link, np.shape(gpu))}
 
 
@@ -318,6 +354,7 @@ def predict(sc: Scenario) -> Prediction:
             "gpu_layers_from": first,
             "no_kv_offload": o.no_kv_offload,
             "n_cpu_moe": o.n_cpu_moe,
+            "layers_per_gpu": layers_per_gpu(sc),  # the output layer counts, as in -ngl
             "cpu_moe": o.cpu_moe,
             "override_tensor": list(o.override_tensor),
             "weights_on_cpu_by_group": {

@@ -3,18 +3,77 @@ or disk. ZeRO prefetches while a layer computes (from NVMe, the disk read of a l
 beside the copy of the next one) and can keep the KV cache in host memory with attention on the
 CPU, and quantise weights to 4 bits; Accelerate copies each layer before it runs. Both use
 pageable host memory unless told otherwise, except ZeRO's NVMe swap buffers, which are pinned.
+
+Accelerate's ``weights: auto`` is ``from_pretrained(device_map="auto")``: transformers'
+``_get_device_map`` calls ``get_balanced_memory`` for every string map but ``"sequential"``, then
+``infer_auto_device_map`` (huggingface/transformers src/transformers/integrations/accelerate.py at
+0086c243183268c0f47eaaf44bb8fb0830eff4a6). The map is built as huggingface/accelerate
+src/accelerate/utils/modeling.py at 16cb6eb80dd9aa8b4df1a63ef57863e455d53b83 builds it:
+
+- ``get_max_memory``: each GPU's free memory (here: its whole memory) and the available host
+  memory; a ``max_memory`` given by the user names the only devices used.
+- ``get_balanced_memory``: with one GPU and no user ``max_memory``, 90% of it ("10% for the
+  buffer"); with several, every GPU but the last holds at most total // n plus 1.25 x the largest
+  of the first no-split block (the first decoder layer: ``no_split_module_classes``) and the mean
+  leaf module, and the last GPU keeps all of its memory.
+- ``infer_auto_device_map``: the embedding, the decoder layers (never split) and the head, in
+  order, fill GPU 0, 1, ..., then ``cpu``, then ``disk``; GPU 0 and ``cpu`` (the main devices)
+  keep room for the largest layer still to place, so that an offloaded layer can be brought in.
+
+``dispatch_model`` (big_modeling.py, same commit) runs a layer offloaded to ``cpu`` or ``disk`` on
+the main device, GPU 0 (``execution_device``), copying its weights in before it runs
+(``AlignDevicesHook`` with ``offload=True``); a change of execution device hands the hidden state
+over, and the top-level hook (``io_same_device``) brings the logits back to the input's device.
+
+Several GPUs: Accelerate runs the layers in sequence, so a token takes one GPU's time for every
+layer plus one hand-over of the hidden state per boundary. ZeRO-Inference runs one process per
+GPU (``deepspeed --num_gpus N run_model.py``), each with ``batch_size // world_size`` prompts
+(DeepSpeedExamples inference/huggingface/zero_inference/run_model.py at
+45b4b7156c8794a3452a5a7d03dbd8d797068569); ZeRO stage 3 keeps 1/N of every parameter on each rank
+and all-gathers a layer before it runs (deepspeedai/DeepSpeed
+deepspeed/runtime/zero/partition_parameters.py at 57073d130ce9daa8def95de83480670139bd0ff2,
+``_partition_param`` / ``_allgather_params``): each rank copies its 1/N in from host memory, the
+drive serves every rank's part, and the all-gather brings in the other (N-1)/N. The profile has
+no GPU-GPU figure, so hand-overs and all-gathers cross its host link (pinned rate, latency).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Literal
+import itertools
+from dataclasses import dataclass, replace
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import numpy as np
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from kvoffload.model import decode
+from kvoffload.model import decode, kv
 from kvoffload.model.prediction import Prediction, Scenario, predict_setup
-from kvoffload.spec.precision import WeightFormat
+from kvoffload.spec.errors import InputError
+from kvoffload.spec.hardware import System
+from kvoffload.spec.models import Model
+from kvoffload.spec.precision import KvFormat, WeightFormat
+from kvoffload.spec.units import Dim, UnitError, format_bytes, parse_quantity
+
+
+def _size(v: Any) -> float:
+    try:
+        value = parse_quantity(v, Dim.BYTES)
+    except UnitError as exc:
+        raise ValueError(str(exc)) from None
+    if value < 0:
+        raise ValueError(f"{v!r} is negative")
+    return value
+
+
+Size = Annotated[float, BeforeValidator(_size)]
+
+
+class MaxMemory(BaseModel):
+    """Accelerate's ``max_memory``: bytes per GPU (each one) and for host memory."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    gpu: Size | None = None
+    cpu: Size | None = None
 
 
 class ZeroOptions(BaseModel):
@@ -28,11 +87,18 @@ class ZeroOptions(BaseModel):
 
 
 class AccelerateOptions(BaseModel):
-    """HF Accelerate's options (device_map offload)."""
+    """HF Accelerate's options (device_map offload, or ``auto``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    weights: Literal["gpu", "cpu", "disk"] = "cpu"
+    weights: Literal["gpu", "cpu", "disk", "auto"] = "cpu"
+    max_memory: MaxMemory | None = None
     pinned: bool = Field(False, strict=True)
+
+    @model_validator(mode="after")
+    def _max_memory_with_auto(self) -> AccelerateOptions:
+        if self.max_memory is not None and self.weights != "auto":
+            raise ValueError("max_memory applies only with weights: auto")
+        return self
 
 
 def options_for(engine: str) -> type[BaseModel]:
@@ -40,37 +106,380 @@ def options_for(engine: str) -> type[BaseModel]:
     return ZeroOptions if engine == "zero-inference" else AccelerateOptions
 
 
+# -- GPU to GPU -----------------------------------------------------------------------------------
+def _activation_bytes(fmt: WeightFormat) -> int:
+    """Return the bytes of one activation value: the model's dtype (fp32 or 16-bit)."""
+    return 4 if fmt is WeightFormat.FP32 else 2
+
+
+def gpu_to_gpu_s(system: System, nbytes: float) -> float:
+    """Return seconds to hand ``nbytes`` from one GPU to another over the profile's link."""
+    if nbytes <= 0:
+        return 0.0
+    rate = min(system.link_rate("h2d"), system.link_rate("d2h"))
+    return system.link.latency.value + nbytes / rate
+
+
+# -- Accelerate's auto device map -------------------------------------------------------------
+Device = int | str  # a GPU index, "cpu" or "disk"
+
+
+@dataclass(frozen=True)
+class DeviceMap:
+    """Where Accelerate put each unit: the embedding, every decoder layer, the head (in order)."""
+
+    sizes: tuple[float, ...]  # bytes of each unit
+    step_bytes: tuple[float, ...]  # bytes of each unit a decode step reads
+    devices: tuple[Device, ...]
+    max_memory: dict[Device, float]
+
+    @property
+    def execution(self) -> tuple[int, ...]:
+        """Return the GPU each unit runs on: its own, or GPU 0 (the main device) if offloaded."""
+        return tuple(d if isinstance(d, int) else 0 for d in self.devices)
+
+    def hand_overs(self) -> tuple[int, bool]:
+        """Return (changes of GPU along the layers, whether the logits go back to the input's)."""
+        ex = self.execution
+        return sum(a != b for a, b in itertools.pairwise(ex)), ex[-1] != ex[0]
+
+    def bytes_on(self, tier: str) -> float:
+        """Return the bytes held by 'gpu' (all GPUs), 'cpu' or 'disk'."""
+        return float(
+            sum(s for s, d in zip(self.sizes, self.devices, strict=True) if _tier(d) == tier)
+        )
+
+    def step_share(self) -> decode.Split:
+        """Return the shares of a step's weight bytes on the GPUs, in host memory and on disk."""
+        total = sum(self.step_bytes) or 1.0
+        by = {t: 0.0 for t in ("gpu", "cpu", "disk")}
+        for s, d in zip(self.step_bytes, self.devices, strict=True):
+            by[_tier(d)] += s
+        return decode.Split(by["gpu"] / total, by["cpu"] / total, by["disk"] / total)
+
+    def largest_offloaded(self) -> float:
+        """Return the bytes of the largest unit that is copied in before it runs (0: none)."""
+        return max(
+            (s for s, d in zip(self.sizes, self.devices, strict=True) if _tier(d) != "gpu"),
+            default=0.0,
+        )
+
+    def settings(self, n_gpus: int) -> dict[str, Any]:
+        """Return the layer counts per GPU, host memory and disk (decoder layers only)."""
+        layers = self.devices[1:-1]
+        return {
+            "layers_per_gpu": [sum(d == i for d in layers) for i in range(n_gpus)],
+            "layers_on_cpu": sum(d == "cpu" for d in layers),
+            "layers_on_disk": sum(d == "disk" for d in layers),
+            "embedding_on": _name(self.devices[0]),
+            "head_on": _name(self.devices[-1]),
+            "max_memory_bytes": {_name(k): v for k, v in self.max_memory.items()},
+        }
+
+
+def _tier(device: Device) -> str:
+    return "gpu" if isinstance(device, int) else device
+
+
+def _name(device: Device) -> str:
+    return f"gpu{device}" if isinstance(device, int) else device
+
+
+def units(model: Model, fmt: WeightFormat) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Return Accelerate's placement units in order, (bytes, bytes a step reads): the embedding,
+    each decoder layer, the head (final norm and lm_head; tied to the embedding, it goes there)."""
+    wb = model.weight_bytes(fmt)
+    layers = [float(x) for x in wb.per_layer]
+    sizes = (float(wb.embedding), *layers, float(wb.output))
+    # a step reads one row of an untied embedding table; a tied one is the lm_head, read whole
+    reads = (float(wb.embedding) if model.tie_embeddings else 0.0, *layers, float(wb.output))
+    return sizes, reads
+
+
+def balanced_memory(
+    system: System, sizes: tuple[float, ...], user: MaxMemory | None
+) -> dict[Device, float]:
+    """Return the per-device limits ``get_balanced_memory`` gives ``infer_auto_device_map``."""
+    n = system.gpu.count
+    if user is None:
+        mm: dict[Device, float] = {i: system.gpu.memory.value for i in range(n)}
+        mm["cpu"] = system.host_memory
+    else:  # get_max_memory keeps only the devices the user names
+        mm = {i: user.gpu for i in range(n)} if user.gpu is not None else {}
+        if user.cpu is not None:
+            mm["cpu"] = user.cpu
+    gpus = [k for k in mm if isinstance(k, int) and mm[k] > 0]
+    if len(gpus) == 1 and user is None:
+        mm[gpus[0]] *= 0.9  # "90% is a good compromise"
+    elif len(gpus) > 1:
+        total = sum(sizes)
+        no_split = sizes[1] if len(sizes) > 2 else 0.0  # the first decoder layer
+        # a leaf module is one matrix or norm; their mean is below a decoder layer's size
+        buffer = int(1.25 * no_split)
+        per_gpu = total // len(gpus) + buffer
+        for i in gpus[:-1]:
+            mm[i] = min(per_gpu, mm[i])
+    return mm
+
+
+def infer_auto_device_map(
+    sizes: tuple[float, ...], max_memory: dict[Device, float]
+) -> list[Device]:
+    """Return the device of each unit, filling GPUs in order, then 'cpu', then 'disk'."""
+    gpus = [k for k in max_memory if isinstance(k, int)]
+    devices: list[Device] = [*gpus, *(["cpu"] if "cpu" in max_memory else []), "disk"]
+    main = {gpus[0], "cpu"} if gpus else {"cpu"}
+
+    def largest(items: list[tuple[int, float]]) -> tuple[float, list[int]]:
+        top = max((s for _, s in items), default=0.0)
+        return top, [i for i, s in items if s == top]
+
+    queue = list(enumerate(sizes))
+    max_size, max_names = largest(queue)
+    used = dict.fromkeys(devices, 0.0)
+    out: list[Device] = ["disk"] * len(sizes)
+    current = 0
+    while queue:
+        i, size = queue.pop(0)
+        max_names = [j for j in max_names if j != i]
+        if not max_names:  # the largest layers are placed: the next largest is kept room for
+            max_size, max_names = largest(queue)
+        device = devices[current]
+        cap = None if device == "disk" else max_memory[device]
+        if cap is not None and device in main:
+            cap -= max_size
+        if cap is None or used[device] + size <= cap:
+            used[device] += size
+            out[i] = device
+            continue
+        current += 1
+        queue.insert(0, (i, size))
+    return out
+
+
+def device_map(sc: Scenario) -> DeviceMap:
+    """Return where Accelerate puts the weights for the scenario's ``weights`` option."""
+    o = sc.options
+    sizes, reads = units(sc.model, sc.setup.weights)
+    n = sc.system.gpu.count
+    if o.weights == "auto":
+        mm = balanced_memory(sc.system, sizes, o.max_memory)
+        devices = infer_auto_device_map(sizes, mm)
+    elif o.weights == "gpu":  # every layer on the GPUs, split in sequence as "auto" would
+        mm = balanced_memory(sc.system, sizes, None) if n > 1 else {0: sc.system.gpu.memory.value}
+        mm[n - 1] = float("inf")
+        mm.pop("cpu", None)
+        devices = infer_auto_device_map(sizes, mm)
+    else:  # device_map={"": "cpu"} or "disk": every layer copied in and run on GPU 0
+        mm = {}
+        devices = [o.weights] * len(sizes)
+    if o.weights == "auto" and not any(isinstance(d, int) for d in devices):
+        raise InputError(
+            "the auto device map puts no layer on a GPU (Accelerate would run the model on "
+            "the CPU); give max_memory a gpu size that holds the largest layer",
+            field="options.max_memory",
+        )
+    return DeviceMap(tuple(sizes), tuple(reads), tuple(devices), mm)
+
+
+# -- ZeRO-Inference's offloaded KV cache -------------------------------------------------------
+# tjruwase/transformers branch kvcache-offload-cpu at 35515d7deb03200e0f835120ed40e817a9f6dd06 (the
+# fork DeepSpeedExamples' zero_inference requirements.txt installs) allocates the host buffer in
+# each model file once the prompt is in, ``max_len = prompt_len + max_new_tokens - 1``:
+# - models/llama/modeling_llama.py: ``[layers, 2, batch, num_key_value_heads, max_len, head_dim]``
+#   by ``torch.empty(buffer_shape, pin_memory=...)``: grouped heads, in the default dtype (fp32;
+#   from_pretrained restores it after loading, modeling_utils.py ``dtype_orig``), and the decode
+#   step sends the query over as ``query_states.float().to('cpu')``;
+# - models/opt/modeling_opt.py: ``[layers, 2, batch, num_heads, max_len, head_dim]``, fp32 too;
+# - models/bloom/modeling_bloom.py: keys and values apart, ``dtype=hidden_states.dtype``.
+# The grouped heads are expanded (``repeat_kv``) only for the CPU's attention, after the copy.
+_FORK_KV = {"llama": "kv_heads", "opt": "heads", "bloom": "heads"}
+
+
+def offloaded_kv_bytes(sc: Scenario, batch: int) -> float:
+    """Return the bytes of ZeRO-Inference's host KV buffers for ``batch`` prompts, as its
+    transformers fork allocates them."""
+    m = sc.model
+    kind = _FORK_KV.get(m.model_type)
+    if kind is None:
+        raise InputError(
+            f"ZeRO-Inference's KV offload exists only in its transformers fork's {', '.join(_FORK_KV)} "
+            f"model files; model_type {m.model_type!r} has none",
+            field="options.kv_offload",
+        )
+    heads = m.n_kv_heads if kind == "kv_heads" else m.n_heads
+    fmt = sc.setup.kv if m.model_type == "bloom" else KvFormat.FP32
+    max_len = sc.prompt + sc.generate - 1
+    return float(kv.batch_bytes(replace(m, n_kv_heads=heads), max_len, batch, fmt))
+
+
+# -- the engines ------------------------------------------------------------------------------
 def predict(sc: Scenario) -> Prediction:
     """Return the streaming engine's prediction."""
+    return _zero(sc) if sc.engine == "zero-inference" else _accelerate(sc)
+
+
+def _pinned(sc: Scenario, zero_from_disk: bool) -> bool:
     o = sc.options
-    zero = sc.engine == "zero-inference"
-    w = {"gpu": decode.Split(), "cpu": decode.Split(0, 1, 0), "disk": decode.Split(0, 0, 1)}[
-        o.weights
-    ]
-    kv_offload = zero and o.kv_offload
+    # ZeRO reads NVMe-resident weights asynchronously (libaio) into page-locked swap buffers
+    # (AsyncPartitionedParameterSwapper pins them), so from disk its copies are pinned
+    return (o.pinned if "pinned" in o.model_fields_set else sc.pinned_or(False)) or zero_from_disk
+
+
+_TIER = {"gpu": decode.Split(), "cpu": decode.Split(0, 1, 0), "disk": decode.Split(0, 0, 1)}
+
+
+def _zero(sc: Scenario) -> Prediction:
+    o = sc.options
+    kv_offload = o.kv_offload
     placement = decode.Placement(
-        weights=w,
+        weights=_TIER[o.weights],
         kv=decode.Split(0, 1, 0) if kv_offload else decode.Split(),
         attention="cpu" if kv_offload else "gpu",
-        overlap="pipeline" if zero else "none",
-        # ZeRO reads NVMe-resident weights asynchronously (libaio) into page-locked swap buffers
-        # (AsyncPartitionedParameterSwapper pins them), so from disk its copies are pinned
-        pinned=(o.pinned if "pinned" in o.model_fields_set else sc.pinned_or(False))
-        or (zero and o.weights == "disk"),
+        overlap="pipeline",
+        pinned=_pinned(sc, o.weights == "disk"),
     )
-    fmt = WeightFormat.INT4 if zero and o.quantize_weights else sc.setup.weights
-    # ZeRO's offloaded cache is allocated as 2 x layers x batch x length x hidden (its
-    # model-support.md), so grouped KV heads are stored expanded to one per query head
+    fmt = WeightFormat.INT4 if o.quantize_weights else sc.setup.weights
+    # the step's CPU attention reads the cache as the fork's attention uses it: repeat_kv expands
+    # grouped heads to one per query head before the matmuls (its allocation is offloaded_kv_bytes)
     heads = sc.model.n_heads if kv_offload else None
     setup = decode.Setup(sc.system, sc.model, fmt, sc.setup.kv, placement, kv_heads_stored=heads)
-    pred = predict_setup(sc, setup)
+    n = sc.system.gpu.count
+    pred = predict_setup(sc, setup) if n == 1 else _zero_ranks(sc, setup, n)
+    mem = pred.memory
+    batch = sc.batch if n == 1 else (sc.batch // n) * n  # every rank's prompts
+    host_kv = offloaded_kv_bytes(sc, batch) if kv_offload else 0.0
+    if kv_offload:  # host memory: the weights kept there and the fork's own KV buffers
+        weights_cpu = decode.resident_weight_bytes(sc.model, fmt) * placement.weights.cpu
+        mem = replace(mem, cpu=np.asarray(weights_cpu + host_kv))
     what = f"weights streamed from {o.weights}" if o.weights != "gpu" else "weights on the GPU"
     extras = (", KV in host memory with CPU attention" if kv_offload else "") + (
         ", 4-bit weights" if fmt is WeightFormat.INT4 else ""
     )
+    ranks = (
+        f"; {n} ranks of {sc.batch // n} prompts, ZeRO-3 all-gathers each layer" if n > 1 else ""
+    )
+    settings: dict[str, Any] = {"weights": o.weights, "kv_offload": kv_offload}
+    if kv_offload:
+        settings["offloaded_kv_bytes"] = host_kv
+    if n > 1:
+        settings |= {"ranks": n, "prompts_per_rank": sc.batch // n}
     return replace(
         pred,
+        memory=mem,
         by_overlap_s={},
-        settings={"weights": o.weights, "kv_offload": kv_offload},
-        policy=f"{what} layer by layer ({'prefetched' if zero else 'copied before each layer'}, {'pinned' if placement.pinned else 'pageable'}){extras}",
+        settings=settings,
+        policy=f"{what} layer by layer (prefetched, {'pinned' if placement.pinned else 'pageable'}){extras}{ranks}",
+    )
+
+
+def _zero_ranks(sc: Scenario, setup: decode.Setup, n: int) -> Prediction:
+    """Return ZeRO-Inference on ``n`` GPUs: one rank per GPU, batch // n prompts each."""
+    rank_batch = sc.batch // n
+    if rank_batch < 1:
+        raise InputError(
+            f"ZeRO-Inference gives each of the {n} GPUs batch // {n} prompts (run_model.py); "
+            f"batch {sc.batch} leaves a GPU without one",
+            field="workload.batch",
+        )
+    p = setup.placement
+    w = p.weights
+    # each rank copies its 1/n of a layer over its link; the shared drive serves all n parts
+    rank_w = decode.Split(1 - w.off / n, w.cpu / n, w.disk / n)
+    rank = replace(setup, placement=replace(p, weights=rank_w))
+    lay = decode.layers(sc.model, setup.weights)
+    ctx = sc.prompt + decode.samples(sc.generate)
+    per = dict(decode.stream_times(rank, ctx, rank_batch))
+    per["disk_read"] = decode.stream_times(setup, ctx, rank_batch)["disk_read"]
+    gather = np.array([gpu_to_gpu_s(sc.system, (n - 1) / n * b) for b in lay.weight_bytes])
+    per["h2d"] = per["h2d"] + gather
+    tpot = float(np.mean(decode.combine(per, lay, "pipeline")))
+    # prefill: the rank's own part over its link, then the all-gathers, the drive reading it all
+    step_w = decode.step_weight_bytes(sc.model, setup.weights)
+    link_in = step_w * w.off / n / sc.system.copy_rate("h2d", pinned=p.pinned)
+    disk_in = step_w * w.disk / sc.system.storage.read_bandwidth.value
+    gathers = float(np.dot(gather, lay.count))
+    ttft = max(float(decode.ttft(rank, sc.prompt, rank_batch)), link_in + gathers + disk_in)
+    # memory: the weights once (partitioned), every rank's cache, and each rank's gathered layers
+    b_eff = rank_batch * n
+    one = decode.memory(setup, sc.prompt + sc.generate, b_eff)
+    staging = n * 2 * float(lay.weight_bytes.max())
+    mem = decode.Memory(
+        gpu=np.asarray(float(one.gpu) - float(one.staging) + staging),
+        cpu=one.cpu,
+        disk=one.disk,
+        staging=np.asarray(staging),
+    )
+    base = predict_setup(sc, setup)
+    return replace(
+        base,
+        tpot_s=tpot,
+        ttft_s=ttft,
+        streams_s={k: float(np.mean(v @ lay.count)) for k, v in per.items()},
+        memory=mem,
+    )
+
+
+def _accelerate(sc: Scenario) -> Prediction:
+    o = sc.options
+    system = sc.system
+    n = system.gpu.count
+    dm = device_map(sc)
+    auto = o.weights == "auto"
+    weights = dm.step_share() if auto else _TIER[o.weights]
+    placement = decode.Placement(
+        weights=weights, overlap="none", pinned=_pinned(sc, zero_from_disk=False)
+    )
+    setup = decode.Setup(sc.system, sc.model, sc.setup.weights, sc.setup.kv, placement)
+    pred = predict_setup(sc, setup)
+    mem = pred.memory
+    if auto:  # whole units per tier, and room on the GPU for the largest offloaded one
+        final = sc.prompt + sc.generate
+        kv_all = float(kv.batch_bytes(sc.model, final, sc.batch, sc.setup.kv))
+        staging = dm.largest_offloaded()
+        mem = decode.Memory(
+            gpu=np.asarray(dm.bytes_on("gpu") + kv_all + staging),
+            cpu=np.asarray(dm.bytes_on("cpu")),
+            disk=np.asarray(dm.bytes_on("disk")),
+            staging=np.asarray(staging),
+        )
+    # hand-overs between GPUs: the hidden state per boundary, the logits back to the input's GPU
+    boundaries, logits_back = dm.hand_overs()
+    act = _activation_bytes(sc.setup.weights)
+    hidden = sc.batch * sc.model.hidden * act
+    logits = sc.batch * sc.model.vocab * act if logits_back else 0.0
+    step_extra = boundaries * gpu_to_gpu_s(system, hidden) + gpu_to_gpu_s(system, logits)
+    ttft_extra = boundaries * gpu_to_gpu_s(system, hidden * sc.prompt) + gpu_to_gpu_s(
+        system, logits
+    )
+    streams = dict(pred.streams_s)
+    streams["h2d"] += step_extra
+    what = {
+        "gpu": "weights on the GPU"
+        + (f"s, layers split over {n} GPUs in sequence" if n > 1 else ""),
+        "cpu": "weights copied in from host memory before each layer runs",
+        "disk": "weights copied in from disk before each layer runs",
+        "auto": _describe_auto(dm, n),
+    }[o.weights]
+    settings: dict[str, Any] = {"weights": o.weights, "kv_offload": False}
+    settings |= dm.settings(n) | {"gpu_hand_overs_per_step": boundaries + int(logits_back)}
+    return replace(
+        pred,
+        tpot_s=pred.tpot_s + step_extra,
+        ttft_s=pred.ttft_s + ttft_extra,
+        streams_s=streams,
+        memory=mem,
+        by_overlap_s={},
+        settings=settings,
+        policy=f"{what} ({'pinned' if placement.pinned else 'pageable'})",
+    )
+
+
+def _describe_auto(dm: DeviceMap, n: int) -> str:
+    s = dm.settings(n)
+    gpus = " + ".join(str(c) for c in s["layers_per_gpu"])
+    return (
+        f'device_map="auto": {gpus} layers on the GPU{"s" if n > 1 else ""}, '
+        f"{s['layers_on_cpu']} in host memory, {s['layers_on_disk']} on disk "
+        f"({format_bytes(dm.bytes_on('cpu') + dm.bytes_on('disk'))} copied in before each layer runs)"
     )

@@ -16,7 +16,7 @@ from functools import cache
 import numpy as np
 from numpy.typing import ArrayLike
 
-from kvoffload.model import capacity, kv
+from kvoffload.model import capacity, kv, working_memory
 from kvoffload.model.routing import touched_share
 from kvoffload.model.search import largest_true
 from kvoffload.model.transfer import link_time
@@ -103,7 +103,7 @@ class Layers:
 
     count: np.ndarray  # layers in each class
     order: tuple[int, ...]  # the class of each position, embedding-free, head last
-    window: np.ndarray  # tokens a layer holds at most (inf: full attention; head: 0)
+    window: np.ndarray  # tokens a layer holds at most (inf: full attention; head, recurrent: 0)
     kv_per_token: np.ndarray  # bytes one token adds to one layer's cache
     weight_bytes: np.ndarray  # bytes of one layer's weights
     expert_bytes: np.ndarray  # of which routed experts
@@ -111,6 +111,10 @@ class Layers:
     attn_flops: np.ndarray  # FLOPs per token per cached position
     qo_bytes: int  # query out + attention output back, per token, when the CPU attends
     expert_use: tuple[int, int]  # (experts per token, experts) or (1, 1)
+    # values of fixed state one request keeps in one layer (gated DeltaNet, Mamba; else 0),
+    # scaled by the KV format's state bytes per value in stream_times: a step reads it and
+    # writes it back once per request, whatever the context
+    state_values: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 @cache
@@ -138,13 +142,17 @@ def layers(model: Model, weights: WeightFormat) -> Layers:
     attn = 2 * model.n_heads * (model.head_dim + model.v_head_dim)
     if model.mla:  # absorbed MLA attends over the latent
         attn = 2 * model.n_heads * (2 * model.mla.kv_lora_rank + model.mla.qk_rope_head_dim)
-    spans = model.windows
+    spans = model.windows  # 0 for a recurrent layer: it caches no token
+    attends = model.attention_layers
+    state = model.state_values_per_layer()
     keys = [
         (
             float(spans[i]),
             float(wb.per_layer[i]),
             float(per_layer_expert[i]),
             float(active_params[i]),
+            float(state[i]),
+            float(attends[i]),
         )
         for i in range(model.n_layers)
     ]
@@ -152,28 +160,31 @@ def layers(model: Model, weights: WeightFormat) -> Layers:
     order = [unique.index(key) for key in keys]
     # tied embeddings: the output projection reads the embedding table, every step
     head_bytes = wb.output + (wb.embedding if model.tie_embeddings else 0)
-    head = (0.0, float(head_bytes), 0.0, float(head_params))
+    head = (0.0, float(head_bytes), 0.0, float(head_params), 0.0, 0.0)
     unique.append(head)
     order.append(len(unique) - 1)
     arr = np.array(unique)
     count = np.bincount(order, minlength=len(unique)).astype(float)
-    is_head = np.arange(len(unique)) == len(unique) - 1
+    attention = arr[:, 5] > 0  # the head and recurrent layers cache no token and attend over none
+    # A recurrent layer's per-token work on its state (a few FLOPs per state value) is left out:
+    # beside its matmuls it is small, and its state traffic (state_values) bounds it first.
     return Layers(
         count=count,
         order=tuple(order),
         window=arr[:, 0],
-        kv_per_token=np.where(is_head, 0.0, 1.0),  # scaled by the KV format in stream_times
+        kv_per_token=np.where(attention, 1.0, 0.0),  # scaled by the KV format in stream_times
         weight_bytes=arr[:, 1],
         expert_bytes=arr[:, 2],
         dense_flops=2 * arr[:, 3],
-        attn_flops=np.where(is_head, 0.0, float(attn)),
+        attn_flops=np.where(attention, float(attn), 0.0),
         qo_bytes=2 * 2 * model.n_heads * model.v_head_dim,
         expert_use=(k, n),
+        state_values=arr[:, 4],
     )
 
 
 def _kv_token_bytes(model: Model, fmt: KvFormat) -> float:
-    return float(kv.bytes_per_token_per_layer(model, fmt)[0])
+    return float(kv.attention_layer_token_bytes(model, fmt))  # one attention layer's, per token
 
 
 def stream_times(setup: Setup, context: ArrayLike, batch: ArrayLike) -> dict[str, np.ndarray]:
@@ -184,14 +195,17 @@ def stream_times(setup: Setup, context: ArrayLike, batch: ArrayLike) -> dict[str
     b = np.asarray(batch, dtype=np.float64)[..., None]
     kvb = lay.kv_per_token * _kv_token_bytes(setup.cache_model, setup.kv)
     held = np.minimum(s, lay.window)
-    kv_layer = b * held * kvb
-    new_kv = b * kvb
+    gpu_attends = p.attention == "gpu"
+    # a recurrent layer's fixed state: read once per request and step, and written back (when
+    # the GPU runs the layer, an offloaded state goes back over the link like a new token's KV)
+    state = b * lay.state_values * kv.state_value_bytes(setup.kv)
+    kv_layer = b * held * kvb + state
+    new_kv = b * kvb + (state if gpu_attends else 0.0)
     w = p.weights
     # KV shares may be arrays over the sweep (see spill); give them the class axis
     c = Split(
         *(np.asarray(x, dtype=np.float64)[..., None] for x in (p.kv.gpu, p.kv.cpu, p.kv.disk))
     )
-    gpu_attends = p.attention == "gpu"
 
     k, n = lay.expert_use
     active = touched_share(n, k, b)  # distinct routed experts the batch reads, uniform routing
@@ -200,7 +214,8 @@ def stream_times(setup: Setup, context: ArrayLike, batch: ArrayLike) -> dict[str
     peak = sysm.compute_rate
     kv_on_gpu_share = 1.0 if gpu_attends else c.gpu
     gpu_flops = b * lay.dense_flops + b * lay.attn_flops * held * kv_on_gpu_share
-    gpu = np.maximum(w_read / hbm + kv_layer * kv_on_gpu_share / att_bw, gpu_flops / peak)
+    kv_rw = kv_layer + state  # the GPU reads the KV and the state, and writes the state back
+    gpu = np.maximum(w_read / hbm + kv_rw * kv_on_gpu_share / att_bw, gpu_flops / peak)
 
     zero = np.zeros_like(gpu)
     if gpu_attends or np.all(np.asarray(c.off) == 0):
@@ -425,7 +440,17 @@ class Memory:
 
 
 def memory(setup: Setup, context: ArrayLike, batch: ArrayLike = 1) -> Memory:
-    """Return what each tier must hold at ``context`` tokens for ``batch`` requests."""
+    """Return what each tier must hold at ``context`` tokens for ``batch`` requests.
+
+    Beside the weights and KV each tier homes, the GPU holds transient bytes (``staging``): the
+    larger of the decode's buffers (the streamed layer's weights and offloaded KV) and the
+    prefill's, where the streamed layer's weights sit beside one layer's prefill working set.
+    The two phases alternate, so their working sets do not add up: the prompt's activations
+    are freed before the decode fills the KV buffers. The weight buffers are used by both, so
+    they add to the prefill's working set. The prompt passes in chunks of
+    ``working_memory.CHUNK_TOKENS`` tokens with a fused attention kernel (no score matrix), as
+    vLLM and llama.cpp run it; FlexGen, which does neither, has its own memory model.
+    """
     p = setup.placement
     lay = layers(setup.model, setup.weights)
     kv_total = _kv_total(setup, context, batch)
@@ -433,16 +458,34 @@ def memory(setup: Setup, context: ArrayLike, batch: ArrayLike = 1) -> Memory:
     s = np.asarray(context, dtype=np.float64)[..., None]
     b = np.asarray(batch, dtype=np.float64)[..., None]
     kvb = lay.kv_per_token * _kv_token_bytes(setup.cache_model, setup.kv)
-    staged = lay.weight_bytes * p.weights.off + (
+    weights_staged = lay.weight_bytes * p.weights.off
+    staged = weights_staged + (
         b * np.minimum(s, lay.window) * kvb * p.kv.off if p.attention == "gpu" else 0.0
     )
     buffers = 1 if p.overlap == "none" else 2  # overlap needs the next layer's buffer too
-    staging = buffers * np.max(staged, axis=-1)
+    working = working_memory.prefill_working_bytes(
+        setup.model, context, batch, chunk=working_memory.CHUNK_TOKENS, scores=False
+    )
+    staging = np.maximum(
+        buffers * np.max(staged, axis=-1),
+        buffers * np.max(np.broadcast_to(weights_staged, staged.shape), axis=-1) + working,
+    )
     return Memory(
         gpu=weights * p.weights.gpu + kv_total * p.kv.gpu + staging,
         cpu=weights * p.weights.cpu + kv_total * p.kv.cpu,
         disk=weights * p.weights.disk + kv_total * p.kv.disk,
         staging=staging,
+    )
+
+
+def prefill_reserve(model: Model, batch: ArrayLike = 1) -> np.ndarray:
+    """Return the GPU bytes a long prompt's prefill needs beside weights and KV (B).
+
+    One chunk of ``working_memory.CHUNK_TOKENS`` tokens through one layer with a fused attention
+    kernel: what ``memory`` reserves for any prompt at least that long.
+    """
+    return working_memory.prefill_working_bytes(
+        model, working_memory.CHUNK_TOKENS, batch, chunk=working_memory.CHUNK_TOKENS, scores=False
     )
 
 

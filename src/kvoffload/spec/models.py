@@ -25,10 +25,19 @@ _PLAIN_MLP = {"opt", "bloom", "gpt2", "gpt_neox", "gptj", "falcon", "phi", "gpt_
 _FFN_4X = {"bloom", "gpt2", "gpt_bigcode", "gptj", "falcon"}
 # Families whose embeddings are untied when the config says nothing (their config class default).
 _UNTIED_DEFAULT = {
-    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
-    "deepseek_v2", "deepseek_v3", "gpt_oss",
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen3_next",
+    "deepseek_v2", "deepseek_v3", "gpt_oss", "glm4_moe", "llama4", "llama4_text", "jamba",
+    "bamba", "granitemoehybrid",
 }  # fmt: skip
-_LAYER_TYPES = {"full_attention", "sliding_attention", "chunked_attention"}
+# layer_types entries: attention over a span of tokens (a per-token KV cache) ...
+_ATTENTION_TYPES = {"full_attention", "sliding_attention", "chunked_attention", "attention"}
+# ... or a recurrent mixer that keeps a fixed state per request: gated DeltaNet (Qwen3-Next's
+# "linear_attention") and Mamba ("mamba", GraniteMoeHybrid's layer_types).
+_STATE_TYPES = {"linear_attention", "mamba"}
+_LAYER_TYPES = _ATTENTION_TYPES | _STATE_TYPES
+# Families whose attention_bias puts a bias on q, k and v only, not on o_proj (transformers:
+# Qwen2Attention, Glm4MoeAttention's o_proj is nn.Linear(..., bias=False)).
+_QKV_BIAS_ONLY = {"qwen2", "glm4_moe"}
 
 
 @dataclass(frozen=True)
@@ -41,6 +50,7 @@ class Tensor:
     cols: int
     count: int = 1
     vector: bool = False
+    expert: bool = False  # one per routed expert (a token uses only its experts' copies)
 
     @property
     def params(self) -> int:
@@ -60,6 +70,96 @@ class Mla:
 
 
 @dataclass(frozen=True)
+class GatedDeltaNet:
+    """Gated DeltaNet linear attention (Qwen3-Next ``linear_attention`` layers).
+
+    Shapes from transformers' ``Qwen3NextGatedDeltaNet`` (src/transformers/models/qwen3_next/
+    modeling_qwen3_next.py @ 01cdc608): q and k have ``num_k_heads`` heads of ``head_k_dim``,
+    v has ``num_v_heads`` of ``head_v_dim``; a depthwise causal conv1d of ``conv_kernel`` taps
+    runs over q, k and v together.
+    """
+
+    num_k_heads: int
+    num_v_heads: int
+    head_k_dim: int
+    head_v_dim: int
+    conv_kernel: int
+
+    @property
+    def key_dim(self) -> int:
+        """Return the width of q (and of k)."""
+        return self.num_k_heads * self.head_k_dim
+
+    @property
+    def value_dim(self) -> int:
+        """Return the width of v (and of the output gate z)."""
+        return self.num_v_heads * self.head_v_dim
+
+    @property
+    def conv_dim(self) -> int:
+        """Return the channels of the conv1d: q, k and v."""
+        return 2 * self.key_dim + self.value_dim
+
+    @property
+    def state_values(self) -> int:
+        """Return the values one request keeps per layer: recurrent state plus conv state.
+
+        Recurrent state: ``num_v_heads x head_k_dim x head_v_dim`` (q and k are repeated up to
+        the value heads before the delta rule). Conv state: ``conv_kernel - 1`` past inputs of
+        every conv channel, as vLLM allocates it (MambaStateShapeCalculator.
+        gated_delta_net_state_shape, vllm/model_executor/layers/mamba/mamba_utils.py @
+        2afe1e85) and causal-conv1d's update kernel keeps it; transformers pads it to
+        ``conv_kernel`` positions (one more column per channel).
+        """
+        recurrent = self.num_v_heads * self.head_k_dim * self.head_v_dim
+        return recurrent + (self.conv_kernel - 1) * self.conv_dim
+
+
+@dataclass(frozen=True)
+class Mamba:
+    """A Mamba mixer: Mamba-1 (Jamba) or Mamba-2 (Bamba, GraniteMoeHybrid).
+
+    Mamba-1 (transformers' ``JambaMambaMixer``): ``d_inner`` channels, each with a
+    ``d_state`` state; ``dt_rank`` is the width of the time-step projection. Mamba-2
+    (``GraniteMoeHybridMambaLayer``, adapted from ``Mamba2Mixer``): ``n_heads`` heads of
+    ``head_dim`` with a ``d_state`` state per head channel; B and C come in ``n_groups``.
+    """
+
+    version: int  # 1 or 2
+    d_inner: int
+    d_state: int
+    d_conv: int
+    n_heads: int = 0
+    head_dim: int = 0
+    n_groups: int = 1
+    dt_rank: int = 0
+    conv_bias: bool = True
+    proj_bias: bool = False
+
+    @property
+    def conv_dim(self) -> int:
+        """Return the channels of the conv1d (Mamba-2 also convolves B and C)."""
+        if self.version == 1:
+            return self.d_inner
+        return self.d_inner + 2 * self.n_groups * self.d_state
+
+    @property
+    def state_values(self) -> int:
+        """Return the values one request keeps per layer: SSM state plus conv state.
+
+        As vLLM allocates them (MambaStateShapeCalculator.mamba1_state_shape /
+        mamba2_state_shape, vllm/model_executor/layers/mamba/mamba_utils.py @ 2afe1e85): conv
+        state ``(d_conv - 1) x conv_dim``; SSM state ``d_inner x d_state`` (Mamba-1) or
+        ``n_heads x head_dim x d_state`` (Mamba-2).
+        """
+        if self.version == 1:
+            ssm = self.d_inner * self.d_state
+        else:
+            ssm = self.n_heads * self.head_dim * self.d_state
+        return ssm + (self.d_conv - 1) * self.conv_dim
+
+
+@dataclass(frozen=True)
 class Moe:
     """Mixture of experts: routed experts, how many a token uses, shared experts."""
 
@@ -69,6 +169,8 @@ class Moe:
     n_shared_experts: int = 0
     shared_intermediate: int = 0
     expert_bias: bool = False
+    shared_expert_gate: bool = False  # Qwen-MoE: a sigmoid gate (hidden -> 1) on the shared expert
+    router_bias: bool = False  # DeepSeek-V3 / GLM-4.5 e_score_correction_bias (one per expert)
 
 
 @dataclass(frozen=True)
@@ -89,7 +191,9 @@ class Model:
     intermediate: int
     mlp: str  # 'gated' or 'plain'
     tie_embeddings: bool
-    layer_windows: tuple[int | None, ...]  # per layer: None = full attention, else window tokens
+    # per layer: None = full attention, else the tokens it holds at most (sliding window or
+    # attention chunk); 0 for a layer with no per-token cache (a recurrent state layer)
+    layer_windows: tuple[int | None, ...]
     mla: Mla | None = None
     moe: Moe | None = None
     moe_layers: tuple[bool, ...] = ()
@@ -102,6 +206,11 @@ class Model:
     learned_positions: int = 0
     embed_proj_dim: int | None = None
     attention_sinks: bool = False
+    # per layer: 'attention', 'linear_attention' (gated DeltaNet) or 'mamba'; () = all attention
+    layer_kinds: tuple[str, ...] = ()
+    deltanet: GatedDeltaNet | None = None
+    mamba: Mamba | None = None
+    attn_output_gate: bool = False  # Qwen3-Next: q_proj also yields a sigmoid gate per head
     native_dtype: str = "bf16"
     published_params: float | None = None
     published_active_params: float | None = None
@@ -132,8 +241,27 @@ class Model:
 
     @property
     def has_sliding_window(self) -> bool:
-        """True when any layer attends over a bounded window."""
-        return any(w is not None for w in self.layer_windows)
+        """True when any attention layer attends over a bounded window (or chunk)."""
+        return any(w is not None and w > 0 for w in self.layer_windows)
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """Return each layer's token mixer: 'attention', 'linear_attention' or 'mamba'."""
+        return self.layer_kinds or ("attention",) * self.n_layers
+
+    @property
+    def attention_layers(self) -> np.ndarray:
+        """Return a mask of the layers that keep a per-token KV cache."""
+        return np.array([k == "attention" for k in self.kinds], dtype=bool)
+
+    def state_values_per_layer(self) -> np.ndarray:
+        """Return the values of fixed state one request keeps in each layer (0: attention)."""
+        sizes = {
+            "attention": 0,
+            "linear_attention": self.deltanet.state_values if self.deltanet else 0,
+            "mamba": self.mamba.state_values if self.mamba else 0,
+        }
+        return np.array([sizes[k] for k in self.kinds], dtype=np.int64)
 
     # -- parameters ------------------------------------------------------------------------
     def tensors(self) -> tuple[Tensor, ...]:
@@ -147,13 +275,22 @@ class Model:
 
     @property
     def active_params(self) -> int:
-        """Return the parameters one token touches (all of them for a dense model)."""
+        """Return the parameters one token runs through (all of them for a dense model).
+
+        For a mixture of experts: every parameter but the routed experts a token does not use
+        and, when the embeddings are untied, the input embedding table, which a token only
+        looks a row up in. This is how OpenAI counts gpt-oss's active parameters (model card,
+        arXiv 2508.10925: 5.13 B for gpt-oss-120b, the unembedding in, the embedding out).
+        """
         if not self.moe:
             return self.params
         unused = self.moe.n_experts - self.moe.experts_per_token
-        idle = sum(
-            t.params // t.count * unused for t in self.tensors() if t.role.startswith("exp_")
-        )
+        idle = 0
+        for t in self.tensors():
+            if t.role.startswith("exp_") or t.expert:
+                idle += t.params // t.count * unused
+            elif t.role == "embed" and not self.tie_embeddings:
+                idle += t.params
         return self.params - idle
 
     def tensor_bytes(self, fmt: WeightFormat) -> tuple[tuple[Tensor, int], ...]:
@@ -207,8 +344,14 @@ def _tensors(m: Model) -> tuple[Tensor, ...]:
         out.append(Tensor("proj", None, m.embed_proj_dim, h))
     if m.model_type == "bloom":  # word_embeddings_layernorm
         out.append(Tensor("norm_embed", None, 1, 2 * h, vector=True))
+    kinds = m.kinds
     for i in range(m.n_layers):
-        out.extend(_attention_tensors(m, i))
+        if kinds[i] == "linear_attention":
+            out.extend(_deltanet_tensors(m, i))
+        elif kinds[i] == "mamba":
+            out.extend(_mamba_tensors(m, i))
+        else:
+            out.extend(_attention_tensors(m, i))
         out.extend(_mlp_tensors(m, i))
         norms = m.norms_per_layer * (2 if m.norm_bias else 1)  # a LayerNorm has a bias too
         out.append(Tensor("norm", i, 1, h, count=norms, vector=True))
@@ -240,20 +383,67 @@ def _attention_tensors(m: Model, i: int) -> list[Tensor]:
         ]
         return t
     q, kv, v = nh * m.head_dim, m.n_kv_heads * m.head_dim, m.n_kv_heads * m.v_head_dim
+    gate = q if m.attn_output_gate else 0  # Qwen3-Next: q_proj is 2 x heads x head_dim wide
     t = [
-        Tensor("attn_q", i, q, h),
+        Tensor("attn_q", i, q + gate, h),
         Tensor("attn_k", i, kv, h),
         Tensor("attn_v", i, v, h),
         Tensor("attn_o", i, h, nh * m.v_head_dim),
     ]
     if m.attention_bias:
-        t.append(Tensor("bias", i, 1, q + kv + v, vector=True))
+        t.append(Tensor("bias", i, 1, q + gate + kv + v, vector=True))
     if m.o_bias:
         t.append(Tensor("bias", i, 1, h, vector=True))
     if m.qk_norm:
         t.append(Tensor("norm", i, 1, 2 * m.head_dim, vector=True))
     if m.attention_sinks:
         t.append(Tensor("sinks", i, 1, nh, vector=True))
+    return t
+
+
+def _deltanet_tensors(m: Model, i: int) -> list[Tensor]:
+    """Gated DeltaNet: transformers' Qwen3NextGatedDeltaNet (modeling_qwen3_next.py @ 01cdc608)."""
+    d = m.deltanet
+    assert d is not None
+    h = m.hidden
+    return [
+        # in_proj_qkvz: q, k (key_dim each), v and the output gate z (value_dim each); no bias
+        Tensor("ssm_in", i, 2 * d.key_dim + 2 * d.value_dim, h),
+        Tensor("ssm_ba", i, 2 * d.num_v_heads, h),  # in_proj_ba: beta and the decay input a
+        Tensor("ssm_conv1d", i, d.conv_dim, d.conv_kernel, vector=True),  # depthwise, no bias
+        Tensor("ssm_a", i, 1, 2 * d.num_v_heads, vector=True),  # dt_bias and A_log
+        Tensor("norm", i, 1, d.head_v_dim, vector=True),  # gated RMSNorm over each value head
+        Tensor("ssm_out", i, h, d.value_dim),  # out_proj, no bias
+    ]
+
+
+def _mamba_tensors(m: Model, i: int) -> list[Tensor]:
+    """Mamba-1 as transformers' JambaMambaMixer (modeling_jamba.py @ 97bb61d0), Mamba-2 as
+    GraniteMoeHybridMambaLayer (modeling_granitemoehybrid.py @ 1c0ff25f)."""
+    s = m.mamba
+    assert s is not None
+    h, di = m.hidden, s.d_inner
+    bias = s.proj_bias
+    # Mamba-1: x and the gate; Mamba-2: the gate, x|B|C (the conv's input) and dt
+    in_rows = 2 * di if s.version == 1 else di + s.conv_dim + s.n_heads
+    t = [Tensor("ssm_in", i, in_rows, h)]
+    t.append(Tensor("ssm_conv1d", i, s.conv_dim, s.d_conv, vector=True))
+    if s.version == 1:
+        t += [
+            Tensor("ssm_x", i, s.dt_rank + 2 * s.d_state, di),  # x_proj: dt, B, C; no bias
+            Tensor("ssm_dt", i, di, s.dt_rank),  # dt_proj
+            Tensor("ssm_a", i, di, s.d_state, vector=True),  # A_log
+            # dt_proj bias, D, and Jamba's RMSNorms over dt, B and C
+            Tensor("ssm_d", i, 1, 2 * di + s.dt_rank + 2 * s.d_state, vector=True),
+        ]
+    else:
+        # dt_bias, A_log, D (one per head) and the gated RMSNorm over d_inner
+        t.append(Tensor("ssm_d", i, 1, 3 * s.n_heads + di, vector=True))
+    t.append(Tensor("ssm_out", i, h, di))
+    if s.conv_bias:
+        t.append(Tensor("bias", i, 1, s.conv_dim, vector=True))
+    if bias:
+        t.append(Tensor("bias", i, 1, in_rows + h, vector=True))
     return t
 
 
@@ -268,8 +458,13 @@ def _mlp_tensors(m: Model, i: int) -> list[Tensor]:
             Tensor("exp_up", i, f, h, count=n),
             Tensor("exp_down", i, h, f, count=n),
         ]
-        if e.expert_bias:
-            t += [Tensor("bias", i, 1, n * (2 * f + h) + n, vector=True)]
+        if e.expert_bias:  # gpt-oss: gate_up and down biases per expert, and the router's
+            t += [
+                Tensor("bias", i, 1, 2 * f + h, count=n, vector=True, expert=True),
+                Tensor("bias", i, 1, n, vector=True),
+            ]
+        if e.router_bias:
+            t.append(Tensor("bias", i, 1, n, vector=True))  # e_score_correction_bias
         if e.n_shared_experts:
             fs = e.shared_intermediate * e.n_shared_experts
             t += [
@@ -277,6 +472,8 @@ def _mlp_tensors(m: Model, i: int) -> list[Tensor]:
                 Tensor("shexp_up", i, fs, h),
                 Tensor("shexp_down", i, h, fs),
             ]
+            if e.shared_expert_gate:
+                t.append(Tensor("shexp_gate_inp", i, 1, h, vector=True))
         return t
     f = m.intermediate
     if m.mlp == "gated":
@@ -290,7 +487,7 @@ def _mlp_tensors(m: Model, i: int) -> list[Tensor]:
 
 # -- bytes per tensor, as each quantiser stores it ------------------------------------------
 _DECODER_LINEAR = (
-    "attn_", "ffn_", "exp_", "shexp_",
+    "attn_", "ffn_", "exp_", "shexp_", "ssm_",
 )  # fmt: skip
 _GGUF_BASE = {
     WeightFormat.Q8_0: "q8_0",
@@ -321,7 +518,7 @@ def _tensor_bytes(m: Model, t: Tensor, fmt: WeightFormat) -> int:
             return 2 * t.params  # everything else stays bf16 in these checkpoints
         scalars = _NVFP4_TENSOR_SCALES if fmt is WeightFormat.NVFP4 else 0
         return t.count * (fp4_bytes(t.rows, t.cols, fmt) + scalars)
-    linear = t.role.startswith(_DECODER_LINEAR)
+    linear = t.role.startswith(_DECODER_LINEAR) and not t.vector
     if not linear:
         return 2 * t.params  # embeddings, lm_head, norms, router stay 16-bit in HF checkpoints
     if fmt in (WeightFormat.FP8, WeightFormat.INT8):
@@ -394,6 +591,67 @@ def _bool(cfg: dict, key: str, default: bool) -> bool:
     return v
 
 
+def _layer_types(cfg: dict, mt: str, n_layers: int) -> list[str] | None:
+    """Return each layer's type as transformers names it, or None when the config implies none.
+
+    ``layer_types`` (or GraniteMoeHybrid's alias ``layers_block_type``) when the file has it;
+    otherwise derived as each family's config class derives it:
+    - qwen3_next: layer i is ``full_attention`` when (i + 1) % full_attention_interval == 0,
+      else ``linear_attention`` (Qwen3NextConfig.__post_init__, transformers
+      configuration_qwen3_next.py @ 008e5743; the released config.json has no layer_types);
+    - llama4_text: ``chunked_attention`` on RoPE layers, ``full_attention`` on NoPE layers;
+      no_rope_layers, when empty or absent, is int((i + 1) % no_rope_layer_interval != 0) with
+      interval 4 (Llama4TextConfig.__post_init__, configuration_llama4.py @ 008e5743);
+    - jamba: ``attention`` when i % attn_layer_period == attn_layer_offset, else ``mamba``
+      (JambaConfig.layers_block_type, configuration_jamba.py @ 161d2bed);
+    - bamba: ``attention`` for the layers in attn_layer_indices, else ``mamba``;
+    - granitemoehybrid: all ``mamba`` (GraniteMoeHybridConfig.layers_block_type).
+    """
+    types = cfg.get("layer_types")
+    if types is None:
+        types = cfg.get("layers_block_type")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != n_layers:
+            raise InputError(f"must list one type per layer ({n_layers})", field="layer_types")
+        return list(types)
+    if cfg.get("hybrid_override_pattern") is not None:
+        raise InputError(
+            "block patterns (Nemotron-H: one mixer or one MLP per block) are not supported",
+            field="hybrid_override_pattern",
+        )
+    if mt.startswith("falcon_h1"):
+        raise InputError(
+            "parallel attention + Mamba-2 layers (Falcon-H1) are not supported", field="model_type"
+        )
+    if mt == "qwen3_next" or cfg.get("full_attention_interval") is not None:
+        every = _int(cfg, "full_attention_interval", default=4)
+        return [
+            "linear_attention" if (i + 1) % every else "full_attention" for i in range(n_layers)
+        ]
+    if mt == "llama4_text":
+        if cfg.get("attention_chunk_size", 8192) is None:
+            return None
+        rope = cfg.get("no_rope_layers") or []
+        if not rope:
+            every = _int(cfg, "no_rope_layer_interval", default=4)
+            rope = [int((i + 1) % every != 0) for i in range(n_layers)]
+        if not isinstance(rope, list) or len(rope) < n_layers:
+            raise InputError(f"must list a flag per layer ({n_layers})", field="no_rope_layers")
+        return ["chunked_attention" if r else "full_attention" for r in rope[:n_layers]]
+    if mt == "jamba":
+        period = _int(cfg, "attn_layer_period", default=8)
+        offset = _int(cfg, "attn_layer_offset", default=4, minimum=0)
+        return ["attention" if i % period == offset else "mamba" for i in range(n_layers)]
+    if cfg.get("attn_layer_indices") is not None:
+        attn = cfg["attn_layer_indices"]
+        if not isinstance(attn, list):
+            raise InputError("must list layer indices", field="attn_layer_indices")
+        return ["attention" if i in attn else "mamba" for i in range(n_layers)]
+    if mt == "granitemoehybrid":
+        return ["mamba"] * n_layers
+    return None
+
+
 def _windows(cfg: dict, mt: str, n_layers: int) -> tuple[int | None, ...]:
     window = cfg.get("sliding_window")
     if window is not None and (
@@ -402,21 +660,22 @@ def _windows(cfg: dict, mt: str, n_layers: int) -> tuple[int | None, ...]:
         raise InputError(
             f"must be a positive integer or null, got {window!r}", field="sliding_window"
         )
-    types = cfg.get("layer_types")
+    types = _layer_types(cfg, mt, n_layers)
     if types is not None:
-        if not isinstance(types, list) or len(types) != n_layers:
-            raise InputError(f"must list one type per layer ({n_layers})", field="layer_types")
         out: list[int | None] = []
         for i, kind in enumerate(types):
             if kind not in _LAYER_TYPES:
                 raise InputError(
-                    f"unsupported attention type {kind!r}; known: {', '.join(sorted(_LAYER_TYPES))}",
+                    f"unsupported layer type {kind!r}; known: {', '.join(sorted(_LAYER_TYPES))}",
                     field=f"layer_types[{i}]",
                 )
-            if kind == "full_attention":
+            if kind in _STATE_TYPES:
+                out.append(0)  # no per-token cache: a fixed state per request
+            elif kind in ("full_attention", "attention"):
                 out.append(None)
             elif kind == "chunked_attention":
-                out.append(_int(cfg, "attention_chunk_size"))
+                chunk = 8192 if mt == "llama4_text" else ...  # Llama4TextConfig's default
+                out.append(_int(cfg, "attention_chunk_size", default=chunk))
             else:
                 if window is None:
                     raise InputError("sliding layers need sliding_window", field="sliding_window")
@@ -440,8 +699,8 @@ def _windows(cfg: dict, mt: str, n_layers: int) -> tuple[int | None, ...]:
 
 
 def _moe(cfg: dict, mt: str, n_layers: int) -> tuple[Moe | None, tuple[bool, ...]]:
-    n = _int(cfg, "n_routed_experts", "num_local_experts", "num_experts", default=None)
-    if not n:
+    n = _int(cfg, "n_routed_experts", "num_local_experts", "num_experts", default=None, minimum=0)
+    if not n:  # absent, or 0 (GraniteMoeHybrid's dense models)
         return None, ()
     k = _int(cfg, "num_experts_per_tok", "experts_per_token", "num_experts_per_token")
     if k > n:
@@ -451,13 +710,107 @@ def _moe(cfg: dict, mt: str, n_layers: int) -> tuple[Moe | None, tuple[bool, ...
     shared_f = _int(cfg, "moe_intermediate_size", default=f) if shared else 0
     if cfg.get("shared_expert_intermediate_size"):  # Qwen-MoE: one shared expert of its own width
         shared, shared_f = 1, _int(cfg, "shared_expert_intermediate_size")
-    first_dense = _int(cfg, "first_k_dense_replace", default=0, minimum=0)
-    freq = _int(cfg, "moe_layer_freq", "decoder_sparse_step", default=1)
+    if mt == "llama4_text":  # Llama4TextMoe: shared_expert = Llama4TextMLP(config), width f
+        shared, shared_f = 1, f
+    if mt == "granitemoehybrid":  # shared_mlp beside block_sparse_moe in every layer
+        shared, shared_f = 1, _int(cfg, "shared_intermediate_size", default=1024)
     dense_only = set(cfg.get("mlp_only_layers") or [])
-    layers = tuple(
-        i >= first_dense and i % freq == 0 and i not in dense_only for i in range(n_layers)
+    if mt == "llama4_text":
+        moe_at = cfg.get("moe_layers")
+        if moe_at is None:  # Llama4TextConfig: range(step - 1, layers, step)
+            step = _int(cfg, "interleave_moe_layer_step", default=1)
+            moe_at = list(range(step - 1, n_layers, step))
+        layers = tuple(i in moe_at for i in range(n_layers))
+    elif mt == "jamba":  # JambaConfig.layers_num_experts
+        period = _int(cfg, "expert_layer_period", default=2)
+        offset = _int(cfg, "expert_layer_offset", default=1, minimum=0)
+        layers = tuple(i % period == offset for i in range(n_layers))
+    elif cfg.get("decoder_sparse_step") is not None:  # Qwen-MoE: (i + 1) % step == 0
+        step = _int(cfg, "decoder_sparse_step")
+        layers = tuple((i + 1) % step == 0 and i not in dense_only for i in range(n_layers))
+    else:  # DeepSeek: first_k_dense_replace dense layers, then every moe_layer_freq-th
+        first_dense = _int(cfg, "first_k_dense_replace", default=0, minimum=0)
+        freq = _int(cfg, "moe_layer_freq", default=1)
+        layers = tuple(
+            i >= first_dense and i % freq == 0 and i not in dense_only for i in range(n_layers)
+        )
+    # e_score_correction_bias, one fp32 value per routed expert: DeepSeek-V3's noaux_tc router
+    # and GLM-4.5's Glm4MoeTopkRouter (a buffer stored in the checkpoint)
+    router_bias = mt == "glm4_moe" or cfg.get("topk_method") == "noaux_tc"
+    return (
+        Moe(
+            n,
+            k,
+            f,
+            shared,
+            shared_f,
+            expert_bias=(mt == "gpt_oss"),
+            shared_expert_gate=bool(cfg.get("shared_expert_intermediate_size")),
+            router_bias=router_bias,
+        ),
+        layers,
     )
-    return Moe(n, k, f, shared, shared_f, expert_bias=(mt == "gpt_oss")), layers
+
+
+def _deltanet(cfg: dict, kinds: tuple[str, ...]) -> GatedDeltaNet | None:
+    if "linear_attention" not in kinds:
+        return None
+    d = GatedDeltaNet(
+        num_k_heads=_int(cfg, "linear_num_key_heads"),
+        num_v_heads=_int(cfg, "linear_num_value_heads"),
+        head_k_dim=_int(cfg, "linear_key_head_dim"),
+        head_v_dim=_int(cfg, "linear_value_head_dim"),
+        conv_kernel=_int(cfg, "linear_conv_kernel_dim"),
+    )
+    if d.num_v_heads % d.num_k_heads:
+        raise InputError(
+            f"{d.num_v_heads} value heads is not a multiple of {d.num_k_heads} key heads",
+            field="linear_num_value_heads",
+        )
+    return d
+
+
+def _mamba(cfg: dict, mt: str, hidden: int, kinds: tuple[str, ...]) -> Mamba | None:
+    """Mamba-1 for Jamba (JambaConfig), Mamba-2 for the mamba_n_heads configs (Bamba,
+    GraniteMoeHybrid); defaults are those config classes' own."""
+    if "mamba" not in kinds:
+        return None
+    expand = _int(cfg, "mamba_expand", default=2)
+    d_inner = expand * hidden
+    conv = _int(cfg, "mamba_d_conv", default=4)
+    conv_bias = _bool(cfg, "mamba_conv_bias", True)
+    proj_bias = _bool(cfg, "mamba_proj_bias", False)
+    if mt == "jamba":
+        rank = cfg.get("mamba_dt_rank", "auto")
+        dt_rank = -(-hidden // 16) if rank == "auto" else _int(cfg, "mamba_dt_rank")
+        return Mamba(
+            1,
+            d_inner,
+            _int(cfg, "mamba_d_state", default=16),
+            conv,
+            dt_rank=dt_rank,
+            conv_bias=conv_bias,
+            proj_bias=proj_bias,
+        )
+    n_heads = _int(cfg, "mamba_n_heads")
+    head = cfg.get("mamba_d_head", "auto")
+    head_dim = d_inner // n_heads if head == "auto" else _int(cfg, "mamba_d_head")
+    if n_heads * head_dim != d_inner:
+        raise InputError(
+            f"{n_heads} heads x {head_dim} is not mamba_expand x hidden_size = {d_inner}",
+            field="mamba_d_head",
+        )
+    return Mamba(
+        2,
+        d_inner,
+        _int(cfg, "mamba_d_state"),
+        conv,
+        n_heads=n_heads,
+        head_dim=head_dim,
+        n_groups=_int(cfg, "mamba_n_groups", default=1),
+        conv_bias=conv_bias,
+        proj_bias=proj_bias,
+    )
 
 
 def from_hf_config(
@@ -467,7 +820,11 @@ def from_hf_config(
     if not isinstance(cfg, dict):
         raise InputError("config must be a mapping")
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the LM inside
-        cfg = {**cfg["text_config"], "model_type": cfg["text_config"].get("model_type", "")}
+        text = cfg["text_config"]
+        inner = {**text, "model_type": text.get("model_type", "")}
+        if "tie_word_embeddings" not in text and "tie_word_embeddings" in cfg:
+            inner["tie_word_embeddings"] = cfg["tie_word_embeddings"]  # the wrapper's own flag
+        cfg = inner
     mt = str(cfg.get("model_type", "")).lower()
     hidden = _int(cfg, "hidden_size", "n_embd", "d_model", "n_embed")
     n_layers = _int(cfg, "num_hidden_layers", "n_layer", "num_layers")
@@ -502,8 +859,16 @@ def from_hf_config(
         head_dim = _int(cfg, "head_dim", default=hidden // n_heads)
         v_head_dim = head_dim
     default_ffn = 4 * hidden if mt in _FFN_4X else ...
-    intermediate = _int(cfg, "intermediate_size", "ffn_dim", "n_inner", default=default_ffn)
+    ffn_keys = ("intermediate_size", "ffn_dim", "n_inner")
+    if mt == "llama4_text":  # dense layers: intermediate_size_mlp (experts: intermediate_size)
+        ffn_keys = ("intermediate_size_mlp", *ffn_keys)
+    if mt == "granitemoehybrid":  # its MLP is shared_mlp; intermediate_size sizes the experts
+        ffn_keys = ("shared_intermediate_size", *ffn_keys)
+    intermediate = _int(cfg, *ffn_keys, default=default_ffn)
     moe, moe_layers = _moe(cfg, mt, n_layers)
+    windows = _windows(cfg, mt, n_layers)
+    types = _layer_types(cfg, mt, n_layers) or []
+    kinds = tuple(t if t in _STATE_TYPES else "attention" for t in types)
     tie = _bool(cfg, "tie_word_embeddings", mt not in _UNTIED_DEFAULT)
     proj = cfg.get("word_embed_proj_dim") if mt == "opt" else None
     meta = meta or {}
@@ -523,21 +888,26 @@ def from_hf_config(
         intermediate=intermediate,
         mlp="plain" if mt in _PLAIN_MLP else "gated",
         tie_embeddings=tie,
-        layer_windows=_windows(cfg, mt, n_layers),
+        layer_windows=windows,
         mla=mla,
         moe=moe,
         moe_layers=moe_layers,
         attention_bias=_bool(cfg, "attention_bias", mt in ("qwen2", "opt", "bloom"))
         or _bool(cfg, "qkv_bias", False),
         o_bias=mt in ("opt", "bloom", "gpt_oss")
-        or (mt != "qwen2" and _bool(cfg, "attention_bias", False)),
+        or (mt not in _QKV_BIAS_ONLY and _bool(cfg, "attention_bias", False)),
         mlp_bias=_bool(cfg, "mlp_bias", mt in ("opt", "bloom")) and not moe,
         norm_bias=mt in ("opt", "bloom"),
         norms_per_layer=4 if mt.startswith("gemma2") or mt.startswith("gemma3") else 2,
-        qk_norm=mt in ("qwen3", "qwen3_moe", "gemma3"),
+        qk_norm=mt in ("qwen3", "qwen3_moe", "qwen3_next", "gemma3")
+        or (mt == "glm4_moe" and _bool(cfg, "use_qk_norm", False)),
         learned_positions=(_int(cfg, "max_position_embeddings") + 2) if mt == "opt" else 0,
         embed_proj_dim=proj if isinstance(proj, int) and proj > 0 else None,
         attention_sinks=mt == "gpt_oss",
+        layer_kinds=kinds if any(k != "attention" for k in kinds) else (),
+        deltanet=_deltanet(cfg, kinds),
+        mamba=_mamba(cfg, mt, hidden, kinds),
+        attn_output_gate=_bool(cfg, "attn_output_gate", mt == "qwen3_next"),
         native_dtype=str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"),
         published_params=published.get("value"),
         published_active_params=published.get("active"),

@@ -139,7 +139,8 @@ def ttft(system: System, model: Model, option: Option, context: int, batch: int 
 def longest_context(system: System, model: Model, option: Option, batch: int = 1) -> int:
     """Return the longest context one option holds in GPU memory (host memory for offload)."""
     weights = decode.resident_weight_bytes(model, option.weights)
-    budget = system.host_memory if option.kv_on_host else system.gpu_memory - weights
+    reserve = float(decode.prefill_reserve(model, batch))  # a long prompt's prefill working set
+    budget = system.host_memory if option.kv_on_host else system.gpu_memory - weights - reserve
     return int(kv.max_context(model, max(budget, 0.0), batch, option.kv))
 
 

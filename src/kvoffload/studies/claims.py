@@ -67,7 +67,7 @@ def per_token_link_time(system: str, model: str, all_layers: bool = True) -> flo
     """Return the link time that one cached token adds per step (all layers, or one layer)."""
     m = load_model(model)
     s = load_system(system)
-    per_layer = float(kv.bytes_per_token_per_layer(m)[0]) / s.link.h2d_bandwidth.value
+    per_layer = float(kv.attention_layer_token_bytes(m)) / s.link.h2d_bandwidth.value
     return per_layer * (m.n_layers if all_layers else 1)
 
 

@@ -28,7 +28,8 @@ def memory_fit_frame(
     b = np.asarray(batches, dtype=np.int64)
     w = decode.resident_weight_bytes(model, weights)
     kv_bytes = kv.batch_bytes(model, s[None, :], b[:, None], kv_fmt)
-    total = w + kv_bytes
+    # the prefill's working set stands beside them while a long prompt is processed
+    total = w + kv_bytes + decode.prefill_reserve(model, b)[:, None]
     gpu_memory = system.gpu_memory
     bb, ss = np.meshgrid(b, s, indexing="ij")
     return pd.DataFrame(
@@ -72,5 +73,6 @@ def longest_fit(
     b = np.asarray(batches)
     w = int(decode.resident_weight_bytes(model, weights))
     gpu_memory = system.gpu_memory
-    tokens = kv.max_context(model, max(gpu_memory - w, 0.0), b, kv_fmt)
+    budget = np.maximum(gpu_memory - w - decode.prefill_reserve(model, b), 0.0)
+    tokens = kv.max_context(model, budget, b, kv_fmt)
     return LongestFit(gpu_memory, w, b, np.asarray(tokens))

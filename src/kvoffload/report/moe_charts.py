@@ -1,0 +1,159 @@
+"""Chapter 10's table and charts: three ways to fit an MoE model, the two curves, routed bytes."""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+from kvoffload.report.charting import LIMIT_COLOR, PALETTE
+from kvoffload.studies.moe_offload import NCMOE, NGL, FitOptions
+
+SETTING_LABELS = {
+    NCMOE: "--n-cpu-moe N: experts of layers 0..N-1 on the CPU",
+    NGL: "-ngl N: whole layers on the CPU, the last N on the GPU",
+}
+
+
+def _number(value: float) -> str:
+    """Return a number with three significant figures, or a dash where there is none."""
+    return "–" if pd.isna(value) else f"{value:.3g}"
+
+
+# formats for styling.show: the fit table's empty rows show a dash, not 'nan'
+FIT_FORMATS = {"GPU memory (GB)": _number, "host memory (GB)": _number, "tokens/s": _number}
+ROUTED_FORMATS = {
+    "experts touched per layer": "{:.3g}",
+    "share of the experts": "{:.1%}",
+    "GB read per step": "{:.3g}",
+    "every expert (GB)": "{:.3g}",
+    "link, touched experts (ms)": "{:.3g}",
+    "link, every expert (ms)": "{:.3g}",
+}
+
+
+def fit_table(fits: FitOptions) -> pd.DataFrame:
+    """Return the ways to run the model as a page table: options, memory in GB, tokens/s, fits."""
+    rows = fits.rows
+    yes_no = {True: "yes", False: "no"}
+    return pd.DataFrame(
+        {
+            "way": rows["way"],
+            "llama.cpp options": rows["option"].where(rows["option"] != "", "(none fits)"),
+            "weights": rows["weights"].str.upper(),
+            "GPU memory (GB)": rows["gpu_bytes"] / 1e9,
+            "host memory (GB)": rows["cpu_bytes"] / 1e9,
+            "tokens/s": rows["tokens_per_s"],
+            "fits the GPU": rows["fits_gpu"].map(yes_no),
+            "host memory holds it": rows["host_holds"].map(yes_no).where(rows["option"] != "", ""),
+            "note": rows["note"],
+        }
+    )
+
+
+def routed_table(routed: pd.DataFrame) -> pd.DataFrame:
+    """Return ``studies.moe_offload.routed_bytes`` with the page's column names."""
+    return routed.rename(
+        columns={
+            "experts_touched": "experts touched per layer",
+            "touched_share": "share of the experts",
+            "routed_gb": "GB read per step",
+            "all_experts_gb": "every expert (GB)",
+            "link_touched_ms": "link, touched experts (ms)",
+            "link_all_ms": "link, every expert (ms)",
+        }
+    )
+
+
+def curves_chart(curve: pd.DataFrame) -> alt.LayerChart:
+    """Chart tokens/s against the GPU memory each setting uses, --n-cpu-moe beside -ngl.
+
+    ``curve`` is ``studies.moe_offload.ncmoe_curve``; the dashed rule is the machine's GPU memory,
+    and a hollow point marks a setting that does not fit GPU and host memory both.
+    """
+    capacity_gb = float(curve["capacity_gb"].iloc[0])
+    data = curve.drop(columns="capacity_gb").assign(
+        label=curve["setting"].map(SETTING_LABELS),
+        fits=curve["fits"].map({True: "fits GPU and host memory", False: "does not fit"}),
+    )
+    color = alt.Color(
+        "label:N",
+        title=None,
+        scale=alt.Scale(domain=list(SETTING_LABELS.values()), range=PALETTE[:2]),
+        legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=600),
+    )
+    x = alt.X("gpu_gb:Q", title="GPU memory used (GB)")
+    y = alt.Y("tokens_per_s:Q", title="tokens/s (decode, batch 1)")
+    tooltip = [
+        alt.Tooltip("option:N", title="option"),
+        alt.Tooltip("gpu_gb:Q", title="GPU memory (GB)", format=".3g"),
+        alt.Tooltip("tokens_per_s:Q", title="tokens/s", format=".3g"),
+        alt.Tooltip("fits:N", title="this machine"),
+    ]
+    base = alt.Chart(data).encode(x=x, y=y, color=color, tooltip=tooltip)
+    lines = base.mark_line(strokeWidth=1.5).encode(order="gpu_gb:Q")
+    fits = alt.datum.fits == "fits GPU and host memory"
+    filled = base.mark_point(size=28, filled=True, opacity=1).transform_filter(fits)
+    hollow = base.mark_point(size=28, filled=False, opacity=1).transform_filter(~fits)
+    rule_data = pd.DataFrame(
+        {"capacity_gb": [capacity_gb], "text": [f"GPU memory {capacity_gb:.3g} GB"]}
+    )
+    rule = (
+        alt.Chart(rule_data)
+        .mark_rule(strokeDash=[6, 4], color=LIMIT_COLOR)
+        .encode(x="capacity_gb:Q", tooltip=[alt.Tooltip("text:N", title="limit")])
+    )
+    text = (
+        alt.Chart(rule_data)
+        .mark_text(align="right", dx=-4, dy=8, color=LIMIT_COLOR)
+        .encode(x="capacity_gb:Q", y=alt.value(0), text="text:N")
+    )
+    return alt.layer(lines, filled, hollow, rule, text).properties(width="container", height=340)
+
+
+def routed_chart(routed: pd.DataFrame) -> alt.LayerChart:
+    """Chart the routed-expert bytes one step reads against batch (log x), beside every expert.
+
+    ``routed`` is ``studies.moe_offload.routed_bytes``.
+    """
+    long = pd.concat(
+        [
+            routed.assign(
+                what="experts the batch touches (llama.cpp reads; an engine streaming routed experts moves)",
+                gb=routed["routed_gb"],
+                ms=routed["link_touched_ms"],
+            ),
+            routed.assign(
+                what="every routed expert (an engine streaming all experts moves)",
+                gb=routed["all_experts_gb"],
+                ms=routed["link_all_ms"],
+            ),
+        ]
+    )
+    return (
+        alt.Chart(long)
+        .mark_line(point=alt.OverlayMarkDef(size=20))
+        .encode(
+            x=alt.X(
+                "batch:Q",
+                title="batch (requests decoded together)",
+                scale=alt.Scale(type="log", nice=False),
+                axis=alt.Axis(format="~s"),
+            ),
+            y=alt.Y("gb:Q", title="routed-expert bytes per decode step (GB)"),
+            color=alt.Color(
+                "what:N",
+                title=None,
+                scale=alt.Scale(range=[PALETTE[1], PALETTE[5]]),
+                legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=600),
+            ),
+            strokeDash=alt.StrokeDash("what:N", legend=None),
+            tooltip=[
+                alt.Tooltip("batch:Q"),
+                alt.Tooltip("experts_touched:Q", title="experts touched per layer", format=".3g"),
+                alt.Tooltip("touched_share:Q", title="share of the experts", format=".1%"),
+                alt.Tooltip("gb:Q", title="GB per step", format=".3g"),
+                alt.Tooltip("ms:Q", title="over this machine's link (ms)", format=".3g"),
+            ],
+        )
+        .properties(width="container", height=300)
+    )
