@@ -279,5 +279,3 @@ def test_validation_error_does_not_regress():
     assert t4["rows"] == 18
     assert t4["median_abs_rel_error"] <= T4_TABLE["median_abs_rel_error"], t4
     assert t4["within_2x"] >= T4_TABLE["within_2x"], t4
-
-

@@ -85,7 +85,9 @@ BAD = {
     ),
     "over-host": (
         SCENARIO.format(hardware="rtx-3070-ti-desktop")
-        .replace("llama-3.1-8b", "llama-3.1-70b")  # 141 GB of bf16 weights, more than the host holds
+        .replace(
+            "llama-3.1-8b", "llama-3.1-70b"
+        )  # 141 GB of bf16 weights, more than the host holds
         .replace("batch: 1, prompt: 128000", "batch: 1, prompt: 1000")
         .replace("weights: {gpu: 1.0}", "weights: {cpu: 1.0}"),
         "placement: does not fit: host memory needs",

@@ -25,7 +25,13 @@ def test_row_refers_to_known_things(row):
     weight_format(row["precision"])
     assert row["source"] in catalog.sources()
     assert row["measured"] > 0
-    assert row["table"] in {"flexgen-t4", "llama-cpp-pr-4812", "zero-inference-a6000", "moe-offload", "vllm-cpu-offload"}
+    assert row["table"] in {
+        "flexgen-t4",
+        "llama-cpp-pr-4812",
+        "zero-inference-a6000",
+        "moe-offload",
+        "vllm-cpu-offload",
+    }
     assert row["metric"] in {"throughput_tokens_per_s", "decode_tokens_per_s"}
     opts = row["options"]
     if row["engine"] == "flexgen":

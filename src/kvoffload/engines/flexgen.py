@@ -128,7 +128,7 @@ def cost(sc: Scenario, pol: Policies, o: Options) -> Costs:
     sa = s + n / 2
     w = lay.weight_bytes[None, :]
     wf = w * (COMPRESSED if o.compress_weight else 1.0)
-    ctok = (lay.kv_per_token * float(kv.bytes_per_token_per_layer(model, sc.setup.kv)[0]))[None, :]
+    ctok = (lay.kv_per_token * float(kv.attention_layer_token_bytes(model, sc.setup.kv)))[None, :]
     cf = ctok * (COMPRESSED if o.compress_cache else 1.0)
     hb = 2.0 * model.hidden * bls  # one token's hidden state per request, fp16
     # a compressed cache is allocated unpinned ("disable pin_memory due to high memory overhead",

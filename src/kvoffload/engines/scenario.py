@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from kvoffload.engines.registry import run_engine, validate_options
 from kvoffload.model import decode
 from kvoffload.model.prediction import Prediction, Scenario, check_fits, predict_setup
+from kvoffload.model.tensor_groups import GROUPS
 from kvoffload.spec.errors import InputError
 from kvoffload.spec.hardware import load_system
 from kvoffload.spec.inputs import is_finite_number, load_mapping
@@ -73,12 +74,43 @@ class WorkloadIn(BaseModel):
     generate: int = Field(1, ge=1, le=1_000_000, strict=True)
 
 
+class GroupIn(SplitIn):
+    """One tensor group's shares per tier and where it is computed."""
+
+    compute: Literal["gpu", "cpu"] = "gpu"
+
+
 class PlacementIn(BaseModel):
-    """Where weights and KV live."""
+    """Where weights and KV live: the weights as one split, or split by tensor group."""
 
     model_config = _STRICT
-    weights: SplitIn = SplitIn(gpu=1.0)
+    weights: SplitIn | dict[str, GroupIn] = SplitIn(gpu=1.0)
     kv: SplitIn = SplitIn(gpu=1.0)
+
+    @field_validator("weights", mode="before")
+    @classmethod
+    def _tiers_or_groups(cls, v: Any) -> Any:
+        if not isinstance(v, dict):
+            raise ValueError("must be a mapping of tiers (gpu, cpu, disk) or of tensor groups")
+        keys = set(v)
+        if keys <= {"gpu", "cpu", "disk"}:
+            return SplitIn.model_validate(v)
+        unknown = sorted(str(k) for k in keys - set(GROUPS))
+        if unknown:
+            raise ValueError(
+                f"{', '.join(unknown)}: not a tier (gpu, cpu, disk) or a tensor group "
+                f"({', '.join(GROUPS)})"
+            )
+        out = {}
+        for group, split in v.items():
+            try:
+                out[group] = GroupIn.model_validate(split)
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                where = ".".join(str(x) for x in err["loc"])
+                msg = err["msg"].removeprefix("Value error, ")
+                raise ValueError(f"{group}{'.' + where if where else ''}: {msg}") from None
+        return out
 
 
 class ScenarioIn(BaseModel):
@@ -147,13 +179,21 @@ def parse_scenario(raw: dict, *, base: Path = Path("."), name: str = "scenario")
     except InputError as exc:
         raise exc.within(file=name) from None
     pl = s.placement
-    placement = decode.Placement(
-        weights=decode.Split(pl.weights.gpu, pl.weights.cpu, pl.weights.disk),
-        kv=decode.Split(pl.kv.gpu, pl.kv.cpu, pl.kv.disk),
-        attention=s.attention,
-        overlap=s.overlap,
-        pinned=s.pinned,
-    )
+    rest = {
+        "kv": decode.Split(pl.kv.gpu, pl.kv.cpu, pl.kv.disk),
+        "attention": s.attention,
+        "overlap": s.overlap,
+        "pinned": s.pinned,
+    }
+    if isinstance(pl.weights, SplitIn):
+        w = pl.weights
+        placement = decode.Placement(weights=decode.Split(w.gpu, w.cpu, w.disk), **rest)
+    else:
+        groups = tuple(
+            decode.GroupPlacement(g, decode.Split(x.gpu, x.cpu, x.disk), x.compute)
+            for g, x in pl.weights.items()
+        )
+        placement = decode.by_groups(model, wf, groups, **rest)
     if not s.pinned and system.link.pageable_bandwidth is None:
         raise InputError(
             "pinned: false needs link.pageable_bandwidth in the profile", file=name, field="pinned"

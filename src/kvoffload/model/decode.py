@@ -16,7 +16,7 @@ from functools import cache
 import numpy as np
 from numpy.typing import ArrayLike
 
-from kvoffload.model import capacity, kv, working_memory
+from kvoffload.model import capacity, cpu_rate, kv, tensor_groups, working_memory
 from kvoffload.model.routing import touched_share
 from kvoffload.model.search import largest_true
 from kvoffload.model.transfer import link_time
@@ -51,20 +51,61 @@ class Split:
 
 
 @dataclass(frozen=True)
+class GroupPlacement:
+    """Where one tensor group lives and where it is computed.
+
+    ``compute`` 'gpu': the off-GPU share is copied to the GPU each step (whole modules) and run
+    there; 'cpu': the off-GPU share is computed where it lies (host memory, or read from disk into
+    it), the activations crossing the link to the CPU and back.
+    """
+
+    group: str
+    tier: Split
+    compute: str = "gpu"
+
+    def __post_init__(self) -> None:
+        if self.group not in tensor_groups.GROUPS:
+            raise ValueError(f"group must be one of {tensor_groups.GROUPS}, got {self.group!r}")
+        if self.compute not in ("gpu", "cpu"):
+            raise ValueError(f"compute must be 'gpu' or 'cpu', got {self.compute!r}")
+
+
+@dataclass(frozen=True)
 class Placement:
-    """Where weights and KV live, where attention over offloaded KV runs, how streams overlap."""
+    """Where weights and KV live, where attention over offloaded KV runs, how streams overlap.
+
+    ``groups`` places tensor groups one by one (the rest stay on the GPU); ``weights`` is then
+    the byte-weighted whole, which the memory and the prefill use.
+    """
 
     weights: Split = field(default_factory=Split)
     kv: Split = field(default_factory=Split)
     attention: str = "gpu"  # 'gpu': stream offloaded KV over the link; 'cpu': attend where it lies
     overlap: str = "none"
     pinned: bool = True
+    groups: tuple[GroupPlacement, ...] = ()
 
     def __post_init__(self) -> None:
         if self.attention not in ("gpu", "cpu"):
             raise ValueError(f"attention must be 'gpu' or 'cpu', got {self.attention!r}")
         if self.overlap not in OVERLAP_MODES:
             raise ValueError(f"overlap must be one of {OVERLAP_MODES}, got {self.overlap!r}")
+
+
+def by_groups(
+    model: Model, fmt: WeightFormat, groups: tuple[GroupPlacement, ...], **rest: object
+) -> Placement:
+    """Return a placement of tensor groups, its whole-model weight shares weighted by bytes."""
+    table = tensor_groups.tensor_table(model, fmt)
+    per_group = table.by_group(table.nbytes)
+    share = {g.group: g.tier for g in groups}
+    total = float(per_group.sum())
+    tiers = np.zeros(3)
+    for i, name in enumerate(tensor_groups.GROUPS):
+        s = share.get(name, Split())
+        tiers += per_group[i] * np.array([s.gpu, s.cpu, s.disk])
+    gpu, cpu, disk = (tiers / total) if total else (1.0, 0.0, 0.0)
+    return Placement(weights=Split(float(gpu), float(cpu), float(disk)), groups=groups, **rest)
 
 
 @dataclass(frozen=True)
@@ -115,6 +156,9 @@ class Layers:
     # scaled by the KV format's state bytes per value in stream_times: a step reads it and
     # writes it back once per request, whatever the context
     state_values: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # bytes and parameters of one layer of each class, per tensor group (tensor_groups.GROUPS)
+    group_bytes: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    group_params: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
 
 
 @cache
@@ -174,12 +218,80 @@ def layers(model: Model, weights: WeightFormat) -> Layers:
         window=arr[:, 0],
         kv_per_token=np.where(attention, 1.0, 0.0),  # scaled by the KV format in stream_times
         weight_bytes=arr[:, 1],
-        expert_bytes=arr[:, 2],
+        # routed experts' bytes, their per-expert biases included (read per touched expert)
+        expert_bytes=_class_rows(model, weights, order)[0][
+            :, tensor_groups.GROUPS.index("experts")
+        ],
         dense_flops=2 * arr[:, 3],
         attn_flops=np.where(attention, float(attn), 0.0),
         qo_bytes=2 * 2 * model.n_heads * model.v_head_dim,
         expert_use=(k, n),
         state_values=arr[:, 4],
+        group_bytes=_class_rows(model, weights, order)[0],
+        group_params=_class_rows(model, weights, order)[1],
+    )
+
+
+def _class_rows(model: Model, weights: WeightFormat, order: list[int]) -> tuple[np.ndarray, ...]:
+    """Return per-class rows of the position x group bytes and parameters (a class's first layer)."""
+    nbytes, params = tensor_groups.position_groups(model, weights)
+    first = [order.index(c) for c in range(max(order) + 1)]
+    return nbytes[first], params[first]
+
+
+@dataclass(frozen=True)
+class WeightTraffic:
+    """One step's weight work per layer class: bytes each side reads, FLOPs, copies, hand-overs."""
+
+    gpu_bytes: np.ndarray  # weight bytes the GPU reads from its memory
+    cpu_bytes: np.ndarray  # weight bytes CPU-side matmuls read from host memory
+    gpu_flops: np.ndarray
+    cpu_flops: np.ndarray
+    moved: np.ndarray  # bytes copied host -> GPU (streamed modules)
+    from_disk: np.ndarray  # weight bytes read from disk
+    hand_overs: np.ndarray  # activation copies each way (CPU-computed groups)
+
+
+def weight_traffic(setup: Setup, lay: Layers, b: np.ndarray) -> WeightTraffic:
+    """Return each class's weight traffic for ``b`` requests (a trailing class axis).
+
+    Routed experts are read only for the experts the batch touches; a streamed group moves
+    whole, every expert included.
+    """
+    p = setup.placement
+    k, n = lay.expert_use
+    active = touched_share(n, k, b)  # distinct routed experts the batch reads, uniform routing
+    if not p.groups:
+        w = p.weights
+        read = lay.weight_bytes - lay.expert_bytes + lay.expert_bytes * active
+        zero = np.zeros_like(lay.weight_bytes)
+        return WeightTraffic(
+            read, zero, b * lay.dense_flops, zero, lay.weight_bytes * w.off,
+            lay.weight_bytes * w.disk, zero,
+        )  # fmt: skip
+    experts = tensor_groups.GROUPS.index("experts")
+    placed = {g.group: g for g in p.groups}
+    gpu_b = cpu_b = gpu_f = cpu_f = moved = disk = 0.0
+    crossing = np.zeros_like(lay.weight_bytes)
+    for i, name in enumerate(tensor_groups.GROUPS):
+        full = lay.group_bytes[:, i]
+        if not np.any(full):
+            continue
+        g = placed.get(name, GroupPlacement(name, Split()))
+        read = full * active if i == experts else full
+        flops = 2 * b * lay.group_params[:, i] * ((k / n) if i == experts else 1.0)
+        off = g.tier.cpu + g.tier.disk
+        disk = disk + full * g.tier.disk
+        if g.compute == "gpu":
+            gpu_b, gpu_f, moved = gpu_b + read, gpu_f + flops, moved + full * off
+        else:
+            gpu_b, gpu_f = gpu_b + read * g.tier.gpu, gpu_f + flops * g.tier.gpu
+            cpu_b, cpu_f = cpu_b + read * off, cpu_f + flops * off
+            crossing = np.maximum(crossing, np.where(full * off > 0, 1.0, 0.0))
+    shape = np.broadcast(b, lay.weight_bytes).shape
+    arr = lambda x: np.broadcast_to(np.asarray(x, dtype=np.float64), shape)  # noqa: E731
+    return WeightTraffic(
+        arr(gpu_b), arr(cpu_b), arr(gpu_f), arr(cpu_f), arr(moved), arr(disk), arr(crossing)
     )
 
 
@@ -201,21 +313,18 @@ def stream_times(setup: Setup, context: ArrayLike, batch: ArrayLike) -> dict[str
     state = b * lay.state_values * kv.state_value_bytes(setup.kv)
     kv_layer = b * held * kvb + state
     new_kv = b * kvb + (state if gpu_attends else 0.0)
-    w = p.weights
     # KV shares may be arrays over the sweep (see spill); give them the class axis
     c = Split(
         *(np.asarray(x, dtype=np.float64)[..., None] for x in (p.kv.gpu, p.kv.cpu, p.kv.disk))
     )
 
-    k, n = lay.expert_use
-    active = touched_share(n, k, b)  # distinct routed experts the batch reads, uniform routing
-    w_read = lay.weight_bytes - lay.expert_bytes + lay.expert_bytes * active
+    wt = weight_traffic(setup, lay, b)
     hbm, att_bw = sysm.gpu.streaming_bandwidth, sysm.gpu.attention_rate
     peak = sysm.compute_rate
     kv_on_gpu_share = 1.0 if gpu_attends else c.gpu
-    gpu_flops = b * lay.dense_flops + b * lay.attn_flops * held * kv_on_gpu_share
+    gpu_flops = wt.gpu_flops + b * lay.attn_flops * held * kv_on_gpu_share
     kv_rw = kv_layer + state  # the GPU reads the KV and the state, and writes the state back
-    gpu = np.maximum(w_read / hbm + kv_rw * kv_on_gpu_share / att_bw, gpu_flops / peak)
+    gpu = np.maximum(wt.gpu_bytes / hbm + kv_rw * kv_on_gpu_share / att_bw, gpu_flops / peak)
 
     zero = np.zeros_like(gpu)
     if gpu_attends or np.all(np.asarray(c.off) == 0):
@@ -225,8 +334,11 @@ def stream_times(setup: Setup, context: ArrayLike, batch: ArrayLike) -> dict[str
         cpu = np.maximum(
             kv_layer * c.off / host_bw, b * lay.attn_flops * held * c.off / sysm.host.flops.value
         )
+    if p.groups:  # groups computed where they lie: CPU matmuls at the CPU's matvec rate
+        rate = cpu_rate.weight_stream_rate(sysm.host, setup.weights)
+        cpu = cpu + np.maximum(wt.cpu_bytes / rate, wt.cpu_flops / sysm.host.flops.value)
 
-    w_moved = lay.weight_bytes * w.off
+    w_moved = wt.moved
     kv_in = kv_layer * c.off if gpu_attends else zero
     cpu_attends = (not gpu_attends) and bool(np.any(np.asarray(c.off) > 0))
     qo = (
@@ -234,15 +346,16 @@ def stream_times(setup: Setup, context: ArrayLike, batch: ArrayLike) -> dict[str
         if cpu_attends
         else zero
     )
-    h2d_bytes = w_moved + kv_in + qo
-    d2h_bytes = new_kv * c.off + qo
-    n_in = (w_moved > 0) + (kv_in > 0) + (qo > 0)
-    n_out = ((new_kv * c.off) > 0) + (qo > 0)
+    acts = wt.hand_overs * b * setup.model.hidden * 2  # hidden state to the CPU and back (fp16)
+    h2d_bytes = w_moved + kv_in + qo + acts
+    d2h_bytes = new_kv * c.off + qo + acts
+    n_in = (w_moved > 0) + (kv_in > 0) + (qo > 0) + wt.hand_overs
+    n_out = ((new_kv * c.off) > 0) + (qo > 0) + wt.hand_overs
     h2d = link_time(sysm, h2d_bytes, "h2d", transfers=n_in, pinned=p.pinned)
     d2h = link_time(sysm, d2h_bytes, "d2h", transfers=n_out, pinned=p.pinned)
 
     st = sysm.storage
-    read_bytes = lay.weight_bytes * w.disk + kv_layer * c.disk
+    read_bytes = wt.from_disk + kv_layer * c.disk
     write_bytes = new_kv * c.disk
     disk_read = read_bytes / st.read_bandwidth.value + (read_bytes > 0) * st.read_latency.value
     disk_write = write_bytes / st.write_bandwidth.value
@@ -458,7 +571,7 @@ def memory(setup: Setup, context: ArrayLike, batch: ArrayLike = 1) -> Memory:
     s = np.asarray(context, dtype=np.float64)[..., None]
     b = np.asarray(batch, dtype=np.float64)[..., None]
     kvb = lay.kv_per_token * _kv_token_bytes(setup.cache_model, setup.kv)
-    weights_staged = lay.weight_bytes * p.weights.off
+    weights_staged = weight_traffic(setup, lay, np.ones(1)).moved  # streamed modules, per layer
     staged = weights_staged + (
         b * np.minimum(s, lay.window) * kvb * p.kv.off if p.attention == "gpu" else 0.0
     )

@@ -162,3 +162,18 @@ def match_overrides(table: TensorTable, rules: tuple[tuple[str, str], ...]) -> n
                 out[i] = device
                 break
     return out
+
+
+@cache
+def position_groups(model: Model, fmt: WeightFormat) -> tuple[np.ndarray, np.ndarray]:
+    """Return bytes and parameters per (position, group): decoder layers, then the output layer.
+
+    The input embeddings (position -1) are left out: a step reads one row of them per token.
+    """
+    table = tensor_table(model, fmt)
+    keep = table.position >= 0
+    shape = (table.n_positions, len(GROUPS))
+    nbytes, params = np.zeros(shape), np.zeros(shape)
+    np.add.at(nbytes, (table.position[keep], table.group[keep]), table.nbytes[keep])
+    np.add.at(params, (table.position[keep], table.group[keep]), table.params[keep])
+    return nbytes, params
