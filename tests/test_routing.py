@@ -47,3 +47,49 @@ def test_decode_reads_the_experts_a_batch_routes_to_and_no_more():
         assert gpu == pytest.approx(expected / hbm, rel=1e-3)
     # batch 8 of 8-of-256 routing reads fewer expert bytes than 8 x 8 separate experts would
     assert routing.touched_share(n, k, 8) < 8 * k / n
+
+
+def test_a_skewed_router_touches_fewer_experts_and_never_fewer_than_k():
+    uniform = routing.touched_share(128, 8, 16)
+    skewed = routing.touched_share(128, 8, 16, effective=32)
+    assert skewed < uniform
+    assert routing.touched_share(128, 8, 16, effective=128) == pytest.approx(uniform)
+    # the pool can shrink no further than one token's own k experts
+    assert routing.touched_share(128, 8, 16, effective=2) == pytest.approx(8 / 128)
+
+
+def _moe(**routing_in):
+    from kvoffload.engines.scenario import parse_scenario, predict
+
+    raw = {
+        "hardware": "rtx-4090-desktop",
+        "model": "gpt-oss-20b",
+        "precision": {"weights": "mxfp4", "kv": "fp16"},
+        "workload": {"batch": 1, "prompt": 1024, "generate": 8},
+        "placement": {"weights": {"experts": {"cpu": 1.0}}},
+    }
+    if routing_in:
+        raw["routing"] = routing_in
+    return predict(parse_scenario(raw), check=False)
+
+
+def test_streaming_only_routed_experts_moves_what_the_batch_touches_minus_cache_hits():
+    whole = _moe()
+    routed = _moe(stream="routed")
+    cached = _moe(stream="routed", gpu_hit_rate=0.5)
+    assert routed.streams_s["h2d"] < whole.streams_s["h2d"] / 4  # 4 of 32 experts at batch 1
+    # half the touched experts found on the GPU: the expert copies halve (latency aside)
+    expert_link = routed.streams_s["h2d"] - cached.streams_s["h2d"]
+    assert expert_link == pytest.approx((routed.streams_s["h2d"] - 0) / 2, rel=0.05)
+    assert cached.tpot_s < routed.tpot_s < whole.tpot_s
+
+
+def test_bad_routing_is_refused_naming_the_field():
+    from kvoffload.engines.scenario import parse_scenario
+    from kvoffload.spec.errors import InputError
+
+    with pytest.raises(InputError, match="routing.gpu_hit_rate"):
+        parse_scenario(
+            {"hardware": "rtx-4090-desktop", "model": "gpt-oss-20b",
+             "workload": {"batch": 1, "prompt": 8}, "routing": {"gpu_hit_rate": 1.5}}
+        )  # fmt: skip

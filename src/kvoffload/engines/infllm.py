@@ -58,12 +58,9 @@ def predict(sc: Scenario) -> Prediction:
     attended = min(sc.prompt, span)
     moved = moved_tokens(o, sc.prompt)
     share = moved / attended if attended else 0.0
-    setup = decode.Setup(
-        sc.system,
-        sc.model,
-        sc.setup.weights,
-        sc.setup.kv,
-        decode.Placement(
+    setup = replace(
+        sc.setup,
+        placement=decode.Placement(
             kv=decode.Split(1 - share, share, 0.0), overlap="pipeline", pinned=sc.pinned_or(True)
         ),
     )

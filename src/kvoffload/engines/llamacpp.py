@@ -217,7 +217,7 @@ def step_parts(sc: Scenario, context: np.ndarray, batch: float) -> dict[str, np.
     table, on_gpu = tensor_devices(sc)
     lay = decode.layers(model, sc.setup.weights)
     k, n = lay.expert_use
-    touched = float(routing.touched_share(n, k, batch))
+    touched = float(routing.touched_share(n, k, batch, sc.setup.routing.effective_experts))
     read = table.nbytes * np.where(table.routed, touched, 1.0)  # bytes a step reads per tensor
     flops = 2 * batch * table.params * np.where(table.routed, k / n, 1.0)
     w_gpu = table.by_position(read, on_gpu)

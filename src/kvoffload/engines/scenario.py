@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from kvoffload.engines.registry import run_engine, validate_options
 from kvoffload.model import decode
 from kvoffload.model.prediction import Prediction, Scenario, check_fits, predict_setup
+from kvoffload.model.routing import Routing
 from kvoffload.model.tensor_groups import GROUPS
 from kvoffload.spec.errors import InputError
 from kvoffload.spec.hardware import load_system
@@ -113,6 +114,15 @@ class PlacementIn(BaseModel):
         return out
 
 
+class RoutingIn(BaseModel):
+    """How a MoE model routes, where measured (see model/routing.py)."""
+
+    model_config = _STRICT
+    effective_experts: int | None = Field(None, ge=1, le=1_000_000, strict=True)
+    stream: Literal["all", "routed"] = "all"
+    gpu_hit_rate: float = Field(0.0, ge=0.0, le=1.0)
+
+
 class ScenarioIn(BaseModel):
     """A scenario file as written."""
 
@@ -126,6 +136,7 @@ class ScenarioIn(BaseModel):
     attention: Literal["gpu", "cpu"] = "gpu"
     overlap: Literal["none", "perfect", "pipeline", "flexgen"] = "none"
     pinned: bool = Field(True, strict=True)
+    routing: RoutingIn = RoutingIn()
     options: dict = {}
 
 
@@ -211,7 +222,14 @@ def parse_scenario(raw: dict, *, base: Path = Path("."), name: str = "scenario")
         system,
         model,
         s.engine,
-        decode.Setup(system, model, wf, kf, placement),
+        decode.Setup(
+            system,
+            model,
+            wf,
+            kf,
+            placement,
+            routing=Routing(s.routing.effective_experts, s.routing.stream, s.routing.gpu_hit_rate),
+        ),
         w.batch,
         w.prompt,
         w.generate,

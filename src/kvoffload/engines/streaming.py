@@ -343,7 +343,7 @@ def _zero(sc: Scenario) -> Prediction:
     # the step's CPU attention reads the cache as the fork's attention uses it: repeat_kv expands
     # grouped heads to one per query head before the matmuls (its allocation is offloaded_kv_bytes)
     heads = sc.model.n_heads if kv_offload else None
-    setup = decode.Setup(sc.system, sc.model, fmt, sc.setup.kv, placement, kv_heads_stored=heads)
+    setup = replace(sc.setup, weights=fmt, placement=placement, kv_heads_stored=heads)
     n = sc.system.gpu.count
     pred = predict_setup(sc, setup) if n == 1 else _zero_ranks(sc, setup, n)
     mem = pred.memory
@@ -430,7 +430,7 @@ def _accelerate(sc: Scenario) -> Prediction:
     placement = decode.Placement(
         weights=weights, overlap="none", pinned=_pinned(sc, zero_from_disk=False)
     )
-    setup = decode.Setup(sc.system, sc.model, sc.setup.weights, sc.setup.kv, placement)
+    setup = replace(sc.setup, placement=placement)
     pred = predict_setup(sc, setup)
     mem = pred.memory
     if auto:  # whole units per tier, and room on the GPU for the largest offloaded one

@@ -108,7 +108,7 @@ def predict(sc: Scenario) -> Prediction:
     )
     # the cache as all GPUs hold it: tp x the heads each one keeps (GQA heads may be replicated)
     stored = None if model.mla or heads * tp == model.n_kv_heads else heads * tp
-    setup = decode.Setup(system, model, sc.setup.weights, sc.setup.kv, placement, stored)
+    setup = replace(sc.setup, placement=placement, kv_heads_stored=stored)
     pred = predict_setup(sc, setup)
     if tp > 1:
         pred = _tensor_parallel(sc, setup, pred, tp)

@@ -17,7 +17,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from kvoffload.model import capacity, cpu_rate, kv, tensor_groups, working_memory
-from kvoffload.model.routing import touched_share
+from kvoffload.model.routing import Routing, touched_share
 from kvoffload.model.search import largest_true
 from kvoffload.model.transfer import link_time
 from kvoffload.spec.hardware import System
@@ -119,6 +119,7 @@ class Setup:
     placement: Placement = field(default_factory=Placement)
     # KV heads the engine stores per layer, where it expands grouped heads (None: the model's own)
     kv_heads_stored: int | None = None
+    routing: Routing = field(default_factory=Routing)  # MoE routing skew and expert streaming
 
     @property
     def cache_model(self) -> Model:
@@ -260,8 +261,9 @@ def weight_traffic(setup: Setup, lay: Layers, b: np.ndarray) -> WeightTraffic:
     """
     p = setup.placement
     k, n = lay.expert_use
-    active = touched_share(n, k, b)  # distinct routed experts the batch reads, uniform routing
-    if not p.groups:
+    r = setup.routing
+    active = touched_share(n, k, b, r.effective_experts)  # distinct routed experts the batch reads
+    if not p.groups and r.stream == "all":
         w = p.weights
         read = lay.weight_bytes - lay.expert_bytes + lay.expert_bytes * active
         zero = np.zeros_like(lay.weight_bytes)
@@ -277,13 +279,19 @@ def weight_traffic(setup: Setup, lay: Layers, b: np.ndarray) -> WeightTraffic:
         full = lay.group_bytes[:, i]
         if not np.any(full):
             continue
-        g = placed.get(name, GroupPlacement(name, Split()))
+        # groups not placed one by one: on the GPU beside placed groups, else the whole split
+        g = placed.get(
+            name, GroupPlacement(name, Split() if p.groups else Split(*_whole(p.weights)))
+        )
         read = full * active if i == experts else full
         flops = 2 * b * lay.group_params[:, i] * ((k / n) if i == experts else 1.0)
         off = g.tier.cpu + g.tier.disk
         disk = disk + full * g.tier.disk
         if g.compute == "gpu":
-            gpu_b, gpu_f, moved = gpu_b + read, gpu_f + flops, moved + full * off
+            # a streamed group moves whole, unless the engine fetches only the routed experts it
+            # needs (and finds some in a GPU expert cache)
+            copied = read * (1 - r.gpu_hit_rate) if i == experts and r.stream == "routed" else full
+            gpu_b, gpu_f, moved = gpu_b + read, gpu_f + flops, moved + copied * off
         else:
             gpu_b, gpu_f = gpu_b + read * g.tier.gpu, gpu_f + flops * g.tier.gpu
             cpu_b, cpu_f = cpu_b + read * off, cpu_f + flops * off
@@ -293,6 +301,11 @@ def weight_traffic(setup: Setup, lay: Layers, b: np.ndarray) -> WeightTraffic:
     return WeightTraffic(
         arr(gpu_b), arr(cpu_b), arr(gpu_f), arr(cpu_f), arr(moved), arr(disk), arr(crossing)
     )
+
+
+def _whole(w: Split) -> tuple[float, float, float]:
+    """Return a whole-model split's shares (groups not placed one by one follow it)."""
+    return (w.gpu, w.cpu, w.disk)
 
 
 def _kv_token_bytes(model: Model, fmt: KvFormat) -> float:

@@ -52,7 +52,12 @@ class KvFormat(StrEnum):
     FP8 = "fp8"  # one scale per tensor (vLLM): no per-token overhead
     INT8 = "int8"  # per token and head: fp16 scale + fp16 zero (LMDeploy's kv int8)
     INT4 = "int4"  # per token and head: fp16 scale + fp16 zero (LMDeploy's kv int4)
+    FP8_E4M3 = "fp8_e4m3"  # vLLM --kv-cache-dtype fp8_e4m3: one byte, per-layer k/v scales
+    FP8_E5M2 = "fp8_e5m2"  # vLLM --kv-cache-dtype fp8_e5m2: one byte, no scale
     Q8_0 = "q8_0"  # llama.cpp --cache-type-k/v q8_0: blocks of 32 with an fp16 scale
+    Q5_1 = "q5_1"  # llama.cpp q5_1: blocks of 32, fp16 scale and minimum, 4 bytes of high bits
+    Q5_0 = "q5_0"  # llama.cpp q5_0: blocks of 32, fp16 scale, 4 bytes of high bits
+    Q4_1 = "q4_1"  # llama.cpp q4_1: blocks of 32, fp16 scale and minimum
     Q4_0 = "q4_0"  # llama.cpp q4_0: blocks of 32, 4-bit, fp16 scale
 
 
@@ -80,16 +85,17 @@ def kv_vector_bytes(n: int, fmt: KvFormat) -> int:
         return 4 * n
     if fmt in (KvFormat.BF16, KvFormat.FP16):
         return 2 * n
-    if fmt is KvFormat.FP8:
-        return n
+    if fmt in (KvFormat.FP8, KvFormat.FP8_E4M3, KvFormat.FP8_E5M2):
+        return n  # the per-layer scales of fp8_e4m3 are a few bytes per layer, not per token
     if fmt is KvFormat.INT8:
         return n + 4
     if fmt is KvFormat.INT4:
         return math.ceil(n / 2) + 4
     if fmt is KvFormat.Q8_0:
         return math.ceil(n / 32) * 34
-    if fmt is KvFormat.Q4_0:
-        return math.ceil(n / 32) * 18
+    if fmt in (KvFormat.Q4_0, KvFormat.Q4_1, KvFormat.Q5_0, KvFormat.Q5_1):
+        # ggml blocks of 32 values (GGML_BLOCKS, ggml-common.h): 18, 20, 22, 24 bytes
+        return math.ceil(n / 32) * GGML_BLOCKS[fmt.value][1]
     raise AssertionError(fmt)  # pragma: no cover
 
 
@@ -102,6 +108,7 @@ GGML_BLOCKS: dict[str, tuple[int, int]] = {
     "f16": (1, 2),
     "q8_0": (32, 34),
     "q4_0": (32, 18),
+    "q4_1": (32, 20),
     "q5_0": (32, 22),
     "q5_1": (32, 24),
     "q4_k": (256, 144),
