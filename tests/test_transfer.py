@@ -134,3 +134,12 @@ def test_tier_read_times(box):
     assert float(tier["storage"].time(7e9)) == pytest.approx(1.0 + 80e-6)
     slow = float(transfer.transfer_time(7e9, transfer.nvme_bandwidth(box.storage, 4096, 1)))
     assert slow > 50 * float(tier["storage"].time(7e9))
+
+
+def test_a_gpu_to_gpu_hand_over_crosses_the_host_link_once(box):
+    # no GPU-GPU figure in a profile: latency plus the bytes at the slower pinned direction
+    slower = min(box.link_rate("h2d"), box.link_rate("d2h"))
+    assert float(transfer.peer_time(box, 1e6)) == pytest.approx(10e-6 + 1e6 / slower)
+    assert float(transfer.peer_time(box, 0.0)) == 0.0
+    # a ring all-reduce over 4 GPUs passes 2 x 3/4 of the bytes
+    assert float(transfer.peer_time(box, 1e6, share=1.5)) == pytest.approx(10e-6 + 1.5e6 / slower)

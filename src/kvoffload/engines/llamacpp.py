@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from kvoffload.model import cpu_rate, decode, kv, routing, tensor_groups
+from kvoffload.model import cpu_rate, decode, kv, routing, tensor_groups, transfer
 from kvoffload.model.prediction import Prediction, Resolved, Scenario
 from kvoffload.model.tensor_groups import TensorTable
 from kvoffload.spec import catalog
@@ -267,8 +267,7 @@ def step_parts(sc: Scenario, context: np.ndarray, batch: float) -> dict[str, np.
     link = link + float((down_bytes / system.copy_rate("d2h", pinned=pinned) + lat + sync).sum())
     # --split-mode layer: the activations pass from one GPU to the next at each boundary (the
     # profile has no GPU-GPU figure: its link's pinned rate and latency)
-    p2p = min(system.link_rate("h2d"), system.link_rate("d2h"))
-    link = link + gpu_boundaries(sc) * (activations / p2p + lat)
+    link = link + gpu_boundaries(sc) * float(transfer.peer_time(system, activations))
     return {"gpu": gpu, "cpu": cpu, "link": np.broadcast_to(link, np.shape(gpu))}
 
 

@@ -48,6 +48,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 
 from kvoffload.model import decode, kv
 from kvoffload.model.prediction import Prediction, Scenario, predict_setup
+from kvoffload.model.transfer import peer_time
 from kvoffload.spec.errors import InputError
 from kvoffload.spec.hardware import System
 from kvoffload.spec.models import Model
@@ -114,10 +115,7 @@ def _activation_bytes(fmt: WeightFormat) -> int:
 
 def gpu_to_gpu_s(system: System, nbytes: float) -> float:
     """Return seconds to hand ``nbytes`` from one GPU to another over the profile's link."""
-    if nbytes <= 0:
-        return 0.0
-    rate = min(system.link_rate("h2d"), system.link_rate("d2h"))
-    return system.link.latency.value + nbytes / rate
+    return float(peer_time(system, nbytes))
 
 
 # -- Accelerate's auto device map -------------------------------------------------------------

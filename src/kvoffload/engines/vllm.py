@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kvoffload.model import decode, kv
 from kvoffload.model.prediction import Prediction, Scenario, predict_setup
-from kvoffload.model.transfer import link_time
+from kvoffload.model.transfer import link_time, peer_time
 from kvoffload.spec.errors import InputError
 from kvoffload.spec.hardware import System
 from kvoffload.spec.models import Model
@@ -76,18 +76,12 @@ def kv_heads_per_gpu(model: Model, tp: int) -> int:
 
 def _all_reduce_s(system: System, nbytes: float, tp: int) -> float:
     """Return seconds for one ring all-reduce of ``nbytes`` over ``tp`` GPUs on the link."""
-    if tp == 1:
-        return 0.0
-    rate = min(system.link_rate("h2d"), system.link_rate("d2h"))
-    return system.link.latency.value + 2 * (tp - 1) / tp * nbytes / rate
+    return float(peer_time(system, nbytes, share=2 * (tp - 1) / tp))
 
 
 def _gather_s(system: System, nbytes: float, tp: int) -> float:
     """Return seconds to gather ``nbytes`` split over ``tp`` GPUs onto the first one."""
-    if tp == 1:
-        return 0.0
-    rate = min(system.link_rate("h2d"), system.link_rate("d2h"))
-    return system.link.latency.value + (tp - 1) / tp * nbytes / rate
+    return float(peer_time(system, nbytes, share=(tp - 1) / tp))
 
 
 def predict(sc: Scenario) -> Prediction:

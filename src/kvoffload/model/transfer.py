@@ -34,6 +34,18 @@ def link_time(
     return transfer_time(nbytes, rate, system.link.latency.value, transfers)
 
 
+def peer_time(system: System, nbytes: ArrayLike, *, share: ArrayLike = 1.0) -> np.ndarray:
+    """Return seconds to pass ``share`` x ``nbytes`` from one GPU to another (0 bytes: no time).
+
+    Profiles carry no GPU-to-GPU figure, so a hand-over crosses the host link: its latency plus the
+    bytes at the slower pinned direction. A ring all-reduce over N GPUs passes 2(N-1)/N of the
+    bytes, a gather (N-1)/N: ``share``.
+    """
+    moved = np.asarray(nbytes, dtype=np.float64) * np.asarray(share, dtype=np.float64)
+    rate = min(system.link_rate("h2d"), system.link_rate("d2h"))
+    return np.where(moved > 0, system.link.latency.value + moved / rate, 0.0)
+
+
 def nvme_bandwidth(
     storage: Storage, request_bytes: ArrayLike, queue_depth: ArrayLike = 1
 ) -> np.ndarray:
