@@ -87,3 +87,41 @@ def test_the_json_says_what_the_overrides_moved():
     assert set(moved) == {"experts", "embeddings"}
     t = tg.tensor_table(parse_scenario({**BASE}).model, parse_scenario({**BASE}).setup.weights)
     assert moved["experts"] == pytest.approx(float(t.nbytes[t.routed & (t.position < 4)].sum()))
+
+
+@pytest.mark.parametrize(
+    ("model", "weights", "n_cpu_moe"),
+    [("gpt-oss-120b", "mxfp4", 24), ("qwen3-235b-a22b", "q4_k_m", 84)],
+)
+def test_the_big_moe_models_run_on_a_4090_desktop_with_experts_in_host_memory(
+    tmp_path, model, weights, n_cpu_moe
+):
+    """The issue's case: `predict` with n_cpu_moe fits both tiers (the fit check is on)."""
+    import json
+    import subprocess
+    import sys
+
+    import yaml
+
+    raw = {**BASE, "model": model, "precision": {"weights": weights, "kv": "fp16"},
+           "options": {"n_cpu_moe": n_cpu_moe}}  # fmt: skip
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    run = subprocess.run(
+        [sys.executable, "-m", "kvoffload", "predict", str(path), "--json"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    mem = json.loads(run.stdout)["memory"]
+    assert mem["gpu_bytes"] <= mem["gpu_capacity_bytes"]
+    assert mem["cpu_bytes"] <= mem["cpu_capacity_bytes"]
+    # whole layers on the CPU within the same GPU memory are slower
+    moe = predict(parse_scenario(raw), check=False)
+    sc = parse_scenario({**raw, "options": {"n_gpu_layers": 0}})
+    n = sc.model.n_layers + 1
+    best_layers = max(
+        (predict(parse_scenario({**raw, "options": {"n_gpu_layers": k}}), check=False) for k in range(n + 1)),
+        key=lambda p: (p.memory.gpu <= moe.memory.gpu, -p.tpot_s if p.memory.gpu <= moe.memory.gpu else 0),
+    )  # fmt: skip
+    assert best_layers.memory.gpu <= moe.memory.gpu
+    assert moe.tpot_s < best_layers.tpot_s
