@@ -334,10 +334,17 @@ def test_bamba_names_its_attention_layers_by_index():
     )
 
 
-def test_unsupported_hybrids_are_refused():
-    cfg = {**MAMBA2, "model_type": "falcon_h1", "layer_types": None}
-    with pytest.raises(InputError, match="Falcon-H1"):
-        from_hf_config(cfg, ident="fh1")
+def test_nemotron_h_moe_blocks_are_refused_naming_the_position():
+    # Nemotron 3's 'E' (MoE) blocks are not modelled; the refusal names the pattern position
+    cfg = {
+        **MAMBA2,
+        "model_type": "nemotron_h",
+        "layer_types": None,
+        "hybrid_override_pattern": "MEM*" * 2,
+    }
+    with pytest.raises(InputError, match="MoE") as err:
+        from_hf_config(cfg, ident="nh-moe")
+    assert "hybrid_override_pattern[1]" in str(err.value)
 
 
 # -- the decode step --------------------------------------------------------------------------------

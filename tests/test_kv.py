@@ -46,6 +46,8 @@ CONFORMANCE = {
     "llama-4-scout": 2 * 48 * 8 * 128 * 2,  # 196,608: 12 global + 36 chunked layers
     "kimi-k2": 61 * (512 + 64) * 2,  # 70,272: MLA latent, as DeepSeek-V3
     "qwen3-next-80b-a3b": 2 * 12 * 2 * 256 * 2,  # 24,576: 12 attention layers; 36 are DeltaNet
+    # 40,960: the 10 '*' blocks of 118; 54 Mamba-2 blocks keep a state, 54 MLP blocks nothing
+    "nemotron-h-56b": 2 * 10 * 8 * 128 * 2,
 }
 
 # Layers that slide (or attend within a chunk), and their window, from each config.

@@ -40,6 +40,7 @@ EXPECTED_IDS = set(
         "llama-4-scout",
         "kimi-k2",
         "qwen3-next-80b-a3b",
+        "nemotron-h-56b",
     ]
 )
 
@@ -184,7 +185,12 @@ GOOD = {
         ({"layer_types": ["rwkv"] * 32}, "layer_types[0]", "unsupported"),
         ({"layer_types": ["mamba"] * 32}, "mamba_n_heads", "missing"),
         ({"layer_types": ["linear_attention"] * 32}, "linear_num_key_heads", "missing"),
-        ({"hybrid_override_pattern": "M*M-" * 8}, "hybrid_override_pattern", "not supported"),
+        ({"hybrid_override_pattern": "M*M-" * 8}, "hybrid_override_pattern", "nemotron_h only"),
+        (
+            {"model_type": "nemotron_h", "hybrid_override_pattern": "M*E-" * 8},
+            "hybrid_override_pattern[2]",
+            "not supported",
+        ),
         ({"tie_word_embeddings": "yes"}, "tie_word_embeddings", "true or false"),
         ({"intermediate_size": None}, "intermediate_size", "missing"),
     ],

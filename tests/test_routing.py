@@ -88,7 +88,7 @@ def test_bad_routing_is_refused_naming_the_field():
     from kvoffload.engines.scenario import parse_scenario
     from kvoffload.spec.errors import InputError
 
-    with pytest.raises(InputError, match="routing.gpu_hit_rate"):
+    with pytest.raises(InputError, match=r"routing\.gpu_hit_rate"):
         parse_scenario(
             {"hardware": "rtx-4090-desktop", "model": "gpt-oss-20b",
              "workload": {"batch": 1, "prompt": 8}, "routing": {"gpu_hit_rate": 1.5}}

@@ -3,7 +3,9 @@
 Attention layers cache K and V (or MLA's latent) for every token they hold; a sliding-window or
 chunked layer holds at most its window. Recurrent layers (gated DeltaNet, Mamba) cache nothing
 per token: each request keeps a fixed state there, which counts in every request's bytes at
-every context and in none of the bytes per token.
+every context and in none of the bytes per token. A layer may hold both (Falcon-H1: attention
+and a Mamba-2 mixer side by side), and an MLP-only block (Nemotron-H's "-") holds neither; each
+layer's bytes are its per-token cache plus its state.
 """
 
 from __future__ import annotations

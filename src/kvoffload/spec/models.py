@@ -20,21 +20,36 @@ from kvoffload.spec.precision import (
 )
 
 # Families whose MLP is up -> activation -> down (no gate): OPT, BLOOM, GPT-2 and kin.
-_PLAIN_MLP = {"opt", "bloom", "gpt2", "gpt_neox", "gptj", "falcon", "phi", "gpt_bigcode"}
+# Nemotron-H's MLP blocks are up -> relu^2 -> down (NemotronHMLP).
+_PLAIN_MLP = {
+    "opt", "bloom", "gpt2", "gpt_neox", "gptj", "falcon", "phi", "gpt_bigcode", "nemotron_h",
+}  # fmt: skip
 # Families whose config omits the FFN width because the architecture fixes it at 4 x hidden.
 _FFN_4X = {"bloom", "gpt2", "gpt_bigcode", "gptj", "falcon"}
 # Families whose embeddings are untied when the config says nothing (their config class default).
 _UNTIED_DEFAULT = {
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen3_next",
     "deepseek_v2", "deepseek_v3", "gpt_oss", "glm4_moe", "llama4", "llama4_text", "jamba",
-    "bamba", "granitemoehybrid",
+    "bamba", "granitemoehybrid", "nemotron_h", "falcon_h1",
 }  # fmt: skip
 # layer_types entries: attention over a span of tokens (a per-token KV cache) ...
 _ATTENTION_TYPES = {"full_attention", "sliding_attention", "chunked_attention", "attention"}
 # ... or a recurrent mixer that keeps a fixed state per request: gated DeltaNet (Qwen3-Next's
 # "linear_attention") and Mamba ("mamba", GraniteMoeHybrid's layer_types).
 _STATE_TYPES = {"linear_attention", "mamba"}
-_LAYER_TYPES = _ATTENTION_TYPES | _STATE_TYPES
+# ... or no token mixer at all: a block that is only an MLP (Nemotron-H's "-" blocks), which keeps
+# neither a per-token cache nor a state.
+_MLP_ONLY_TYPES = {"mlp"}
+_LAYER_TYPES = _ATTENTION_TYPES | _STATE_TYPES | _MLP_ONLY_TYPES
+# Nemotron-H's block names: hybrid_override_pattern characters (vLLM's ALL_DECODER_LAYER_TYPES,
+# vllm/model_executor/models/nemotron_h.py @ 8744bb09) and the layers_block_type names of
+# transformers' NemotronHConfig (configuration_nemotron_h.py @ 13923c63: "M" is
+# "linear_attention", "*" "full_attention"; older files say "mamba" and "attention").
+_NEMOTRON_H_BLOCKS = {
+    "M": "mamba", "mamba": "mamba", "linear_attention": "mamba",
+    "*": "attention", "attention": "attention", "full_attention": "attention",
+    "-": "mlp", "mlp": "mlp",
+}  # fmt: skip
 # Families whose attention_bias puts a bias on q, k and v only, not on o_proj (transformers:
 # Qwen2Attention, Glm4MoeAttention's o_proj is nn.Linear(..., bias=False)).
 _QKV_BIAS_ONLY = {"qwen2", "glm4_moe"}
@@ -134,7 +149,9 @@ class Mamba:
     n_groups: int = 1
     dt_rank: int = 0
     conv_bias: bool = True
-    proj_bias: bool = False
+    proj_bias: bool = False  # in_proj's bias (and out_proj's, unless out_bias says otherwise)
+    out_bias: bool | None = None  # Falcon-H1: out_proj's bias is projectors_bias
+    gated_norm: bool = True  # Mamba-2's gated RMSNorm over d_inner (optional in Falcon-H1)
 
     @property
     def conv_dim(self) -> int:
@@ -206,10 +223,17 @@ class Model:
     learned_positions: int = 0
     embed_proj_dim: int | None = None
     attention_sinks: bool = False
-    # per layer: 'attention', 'linear_attention' (gated DeltaNet) or 'mamba'; () = all attention
+    # per layer: 'attention', 'linear_attention' (gated DeltaNet), 'mamba' or 'mlp' (a block with
+    # no token mixer, Nemotron-H's "-"); () = all attention
     layer_kinds: tuple[str, ...] = ()
     deltanet: GatedDeltaNet | None = None
     mamba: Mamba | None = None
+    # Falcon-H1 (FalconH1DecoderLayer): every attention layer also runs a Mamba-2 mixer on the
+    # same input, so it keeps a KV cache per token and a Mamba state per request
+    parallel_mamba: bool = False
+    # per layer: whether it has an MLP after its mixer; () = every layer (Nemotron-H's blocks
+    # hold one module each: a Mamba-2 or attention block has no MLP)
+    mlp_layers: tuple[bool, ...] = ()
     attn_output_gate: bool = False  # Qwen3-Next: q_proj also yields a sigmoid gate per head
     native_dtype: str = "bf16"
     published_params: float | None = None
@@ -246,7 +270,11 @@ class Model:
 
     @property
     def kinds(self) -> tuple[str, ...]:
-        """Return each layer's token mixer: 'attention', 'linear_attention' or 'mamba'."""
+        """Return each layer's token mixer: 'attention', 'linear_attention', 'mamba' or 'mlp'.
+
+        'mlp' is a block with no token mixer. With ``parallel_mamba`` an 'attention' layer also
+        runs a Mamba-2 mixer beside its attention (Falcon-H1).
+        """
         return self.layer_kinds or ("attention",) * self.n_layers
 
     @property
@@ -254,12 +282,30 @@ class Model:
         """Return a mask of the layers that keep a per-token KV cache."""
         return np.array([k == "attention" for k in self.kinds], dtype=bool)
 
+    @property
+    def mamba_layers(self) -> np.ndarray:
+        """Return a mask of the layers that run a Mamba mixer (alone or beside attention)."""
+        return np.array(
+            [k == "mamba" or (self.parallel_mamba and k == "attention") for k in self.kinds],
+            dtype=bool,
+        )
+
+    def has_mlp(self, layer: int) -> bool:
+        """True when ``layer`` has an MLP (dense or MoE) after its token mixer."""
+        return self.mlp_layers[layer] if self.mlp_layers else True
+
     def state_values_per_layer(self) -> np.ndarray:
-        """Return the values of fixed state one request keeps in each layer (0: attention)."""
+        """Return the values of fixed state one request keeps in each layer.
+
+        0 in an attention layer and in an MLP-only block; an attention layer with a parallel
+        Mamba mixer (Falcon-H1) keeps the Mamba state besides its per-token KV cache.
+        """
+        mamba = self.mamba.state_values if self.mamba else 0
         sizes = {
-            "attention": 0,
+            "attention": mamba if self.parallel_mamba else 0,
             "linear_attention": self.deltanet.state_values if self.deltanet else 0,
-            "mamba": self.mamba.state_values if self.mamba else 0,
+            "mamba": mamba,
+            "mlp": 0,
         }
         return np.array([sizes[k] for k in self.kinds], dtype=np.int64)
 
@@ -350,9 +396,12 @@ def _tensors(m: Model) -> tuple[Tensor, ...]:
             out.extend(_deltanet_tensors(m, i))
         elif kinds[i] == "mamba":
             out.extend(_mamba_tensors(m, i))
-        else:
+        elif kinds[i] == "attention":
             out.extend(_attention_tensors(m, i))
-        out.extend(_mlp_tensors(m, i))
+            if m.parallel_mamba:  # Falcon-H1: a Mamba-2 mixer beside the attention
+                out.extend(_mamba_tensors(m, i))
+        if m.has_mlp(i):  # an 'mlp' block is only this
+            out.extend(_mlp_tensors(m, i))
         norms = m.norms_per_layer * (2 if m.norm_bias else 1)  # a LayerNorm has a bias too
         out.append(Tensor("norm", i, 1, h, count=norms, vector=True))
     out.append(Tensor("norm_final", None, 1, h * (2 if m.norm_bias else 1), vector=True))
@@ -419,11 +468,14 @@ def _deltanet_tensors(m: Model, i: int) -> list[Tensor]:
 
 def _mamba_tensors(m: Model, i: int) -> list[Tensor]:
     """Mamba-1 as transformers' JambaMambaMixer (modeling_jamba.py @ 97bb61d0), Mamba-2 as
-    GraniteMoeHybridMambaLayer (modeling_granitemoehybrid.py @ 1c0ff25f)."""
+    GraniteMoeHybridMambaLayer (modeling_granitemoehybrid.py @ 1c0ff25f), NemotronHMamba2Mixer
+    (modeling_nemotron_h.py @ 008d9e95) and FalconH1Mixer (modeling_falcon_h1.py @ 001f85b3:
+    d_inner is mamba_d_ssm, the gated norm only with mamba_rms_norm, out_proj's bias
+    projectors_bias)."""
     s = m.mamba
     assert s is not None
     h, di = m.hidden, s.d_inner
-    bias = s.proj_bias
+    out_bias = s.proj_bias if s.out_bias is None else s.out_bias
     # Mamba-1: x and the gate; Mamba-2: the gate, x|B|C (the conv's input) and dt
     in_rows = 2 * di if s.version == 1 else di + s.conv_dim + s.n_heads
     t = [Tensor("ssm_in", i, in_rows, h)]
@@ -438,12 +490,14 @@ def _mamba_tensors(m: Model, i: int) -> list[Tensor]:
         ]
     else:
         # dt_bias, A_log, D (one per head) and the gated RMSNorm over d_inner
-        t.append(Tensor("ssm_d", i, 1, 3 * s.n_heads + di, vector=True))
+        norm = di if s.gated_norm else 0
+        t.append(Tensor("ssm_d", i, 1, 3 * s.n_heads + norm, vector=True))
     t.append(Tensor("ssm_out", i, h, di))
     if s.conv_bias:
         t.append(Tensor("bias", i, 1, s.conv_dim, vector=True))
-    if bias:
-        t.append(Tensor("bias", i, 1, in_rows + h, vector=True))
+    biases = in_rows * s.proj_bias + h * out_bias
+    if biases:
+        t.append(Tensor("bias", i, 1, biases, vector=True))
     return t
 
 
@@ -605,8 +659,24 @@ def _layer_types(cfg: dict, mt: str, n_layers: int) -> list[str] | None:
     - jamba: ``attention`` when i % attn_layer_period == attn_layer_offset, else ``mamba``
       (JambaConfig.layers_block_type, configuration_jamba.py @ 161d2bed);
     - bamba: ``attention`` for the layers in attn_layer_indices, else ``mamba``;
-    - granitemoehybrid: all ``mamba`` (GraniteMoeHybridConfig.layers_block_type).
+    - granitemoehybrid: all ``mamba`` (GraniteMoeHybridConfig.layers_block_type);
+    - nemotron_h: one block per character of hybrid_override_pattern (or per entry of
+      layers_block_type): ``mamba``, ``attention`` or ``mlp`` (see ``_nemotron_h_blocks``);
+    - falcon_h1: all ``attention``, each with a parallel Mamba-2 mixer (FalconH1Config's
+      layers_block_type is "hybrid" for every layer, configuration_falcon_h1.py @ 020a37d2).
     """
+    if mt == "nemotron_h":
+        return _nemotron_h_blocks(cfg, n_layers)
+    if mt == "falcon_h1":
+        named = cfg.get("layers_block_type", cfg.get("layer_types"))
+        if named is not None and (
+            not isinstance(named, list) or len(named) != n_layers or set(named) != {"hybrid"}
+        ):
+            raise InputError(
+                f"Falcon-H1 layers are all 'hybrid' (attention beside Mamba-2), {n_layers} of them",
+                field="layers_block_type",
+            )
+        return ["attention"] * n_layers
     types = cfg.get("layer_types")
     if types is None:
         types = cfg.get("layers_block_type")
@@ -616,12 +686,8 @@ def _layer_types(cfg: dict, mt: str, n_layers: int) -> list[str] | None:
         return list(types)
     if cfg.get("hybrid_override_pattern") is not None:
         raise InputError(
-            "block patterns (Nemotron-H: one mixer or one MLP per block) are not supported",
+            f"block patterns are read for model_type nemotron_h only, not {mt or 'unknown'!r}",
             field="hybrid_override_pattern",
-        )
-    if mt.startswith("falcon_h1"):
-        raise InputError(
-            "parallel attention + Mamba-2 layers (Falcon-H1) are not supported", field="model_type"
         )
     if mt == "qwen3_next" or cfg.get("full_attention_interval") is not None:
         every = _int(cfg, "full_attention_interval", default=4)
@@ -652,6 +718,48 @@ def _layer_types(cfg: dict, mt: str, n_layers: int) -> list[str] | None:
     return None
 
 
+def _nemotron_h_pattern(cfg: dict) -> tuple[str, list | str | None]:
+    """Return the field Nemotron-H names its blocks in, and its value (None when absent)."""
+    for key in ("hybrid_override_pattern", "layers_block_type", "layer_types"):
+        if cfg.get(key) is not None:
+            return key, cfg[key]
+    return "hybrid_override_pattern", None
+
+
+def _nemotron_h_blocks(cfg: dict, n_layers: int) -> list[str]:
+    """Return Nemotron-H's block kinds: ``M`` Mamba-2, ``*`` attention, ``-`` MLP only.
+
+    Each block is one module after one RMSNorm (NemotronHBlock, transformers
+    modeling_nemotron_h.py @ 008d9e95; vLLM's NemotronH*DecoderLayer, nemotron_h.py @ 8744bb09):
+    a Mamba-2 or attention block has no MLP and an MLP block no token mixer. MoE blocks (``E``,
+    Nemotron 3) are refused.
+    """
+    key, pattern = _nemotron_h_pattern(cfg)
+    if pattern is None:
+        raise InputError("required field is missing", field="hybrid_override_pattern")
+    if not isinstance(pattern, (str, list)):
+        raise InputError("must be a string of block characters or a list", field=key)
+    blocks = list(pattern)
+    if len(blocks) != n_layers:
+        raise InputError(
+            f"must give one block per layer ({n_layers}), got {len(blocks)}", field=key
+        )
+    out = []
+    for i, block in enumerate(blocks):
+        kind = _NEMOTRON_H_BLOCKS.get(block) if isinstance(block, str) else None
+        if kind is None:
+            reason = (
+                "MoE blocks (Nemotron 3) are not supported"
+                if block in ("E", "moe")
+                else f"unknown block {block!r}"
+            )
+            raise InputError(
+                f"{reason}; known: M (Mamba-2), * (attention), - (MLP)", field=f"{key}[{i}]"
+            )
+        out.append(kind)
+    return out
+
+
 def _windows(cfg: dict, mt: str, n_layers: int) -> tuple[int | None, ...]:
     window = cfg.get("sliding_window")
     if window is not None and (
@@ -669,8 +777,8 @@ def _windows(cfg: dict, mt: str, n_layers: int) -> tuple[int | None, ...]:
                     f"unsupported layer type {kind!r}; known: {', '.join(sorted(_LAYER_TYPES))}",
                     field=f"layer_types[{i}]",
                 )
-            if kind in _STATE_TYPES:
-                out.append(0)  # no per-token cache: a fixed state per request
+            if kind in _STATE_TYPES or kind in _MLP_ONLY_TYPES:
+                out.append(0)  # no per-token cache: a fixed state per request, or nothing
             elif kind in ("full_attention", "attention"):
                 out.append(None)
             elif kind == "chunked_attention":
@@ -770,11 +878,17 @@ def _deltanet(cfg: dict, kinds: tuple[str, ...]) -> GatedDeltaNet | None:
     return d
 
 
-def _mamba(cfg: dict, mt: str, hidden: int, kinds: tuple[str, ...]) -> Mamba | None:
+def _mamba(
+    cfg: dict, mt: str, hidden: int, kinds: tuple[str, ...], parallel: bool = False
+) -> Mamba | None:
     """Mamba-1 for Jamba (JambaConfig), Mamba-2 for the mamba_n_heads configs (Bamba,
-    GraniteMoeHybrid); defaults are those config classes' own."""
-    if "mamba" not in kinds:
+    GraniteMoeHybrid, Falcon-H1) and Nemotron-H's; defaults are those config classes' own."""
+    if "mamba" not in kinds and not parallel:
         return None
+    if mt == "nemotron_h":
+        return _nemotron_h_mamba(cfg)
+    if mt == "falcon_h1":
+        return _falcon_h1_mamba(cfg, hidden)
     expand = _int(cfg, "mamba_expand", default=2)
     d_inner = expand * hidden
     conv = _int(cfg, "mamba_d_conv", default=4)
@@ -813,6 +927,58 @@ def _mamba(cfg: dict, mt: str, hidden: int, kinds: tuple[str, ...]) -> Mamba | N
     )
 
 
+def _nemotron_h_mamba(cfg: dict) -> Mamba:
+    """NemotronHMamba2Mixer: d_inner = mamba_num_heads x mamba_head_dim, state ssm_state_size,
+    n_groups groups, conv_kernel taps; use_bias on in_proj and out_proj (transformers
+    modeling_nemotron_h.py @ 008d9e95; vLLM's MambaMixer2 call in nemotron_h.py @ 8744bb09).
+    Defaults are NemotronHConfig's (configuration_nemotron_h.py @ 13923c63), which also reads
+    the older names mamba_n_groups, mamba_d_conv and mamba_conv_bias."""
+    n_heads = _int(cfg, "mamba_num_heads", default=128)
+    head_dim = _int(cfg, "mamba_head_dim", default=64)
+    return Mamba(
+        2,
+        n_heads * head_dim,
+        _int(cfg, "ssm_state_size", default=128),
+        _int(cfg, "conv_kernel", "mamba_d_conv", default=4),
+        n_heads=n_heads,
+        head_dim=head_dim,
+        n_groups=_int(cfg, "n_groups", "mamba_n_groups", default=8),
+        conv_bias=_bool(cfg, "use_conv_bias", _bool(cfg, "mamba_conv_bias", True)),
+        proj_bias=_bool(cfg, "use_bias", False),
+    )
+
+
+def _falcon_h1_mamba(cfg: dict, hidden: int) -> Mamba:
+    """FalconH1Mixer (modeling_falcon_h1.py @ 001f85b3): d_inner is mamba_d_ssm (else
+    mamba_expand x hidden_size), the gated RMSNorm only with mamba_rms_norm, in_proj's bias
+    mamba_proj_bias and out_proj's projectors_bias; defaults are FalconH1Config's
+    (configuration_falcon_h1.py @ 020a37d2)."""
+    if cfg.get("mamba_d_ssm") is not None:
+        d_inner = _int(cfg, "mamba_d_ssm")
+    else:
+        d_inner = _int(cfg, "mamba_expand", default=2) * hidden
+    n_heads = _int(cfg, "mamba_n_heads", default=128)
+    head = cfg.get("mamba_d_head", "auto")
+    head_dim = d_inner // n_heads if head in ("auto", None) else _int(cfg, "mamba_d_head")
+    if n_heads * head_dim != d_inner:
+        raise InputError(
+            f"{n_heads} heads x {head_dim} is not mamba_d_ssm = {d_inner}", field="mamba_d_head"
+        )
+    return Mamba(
+        2,
+        d_inner,
+        _int(cfg, "mamba_d_state", default=256),
+        _int(cfg, "mamba_d_conv", default=4),
+        n_heads=n_heads,
+        head_dim=head_dim,
+        n_groups=_int(cfg, "mamba_n_groups", default=1),
+        conv_bias=_bool(cfg, "mamba_conv_bias", True),
+        proj_bias=_bool(cfg, "mamba_proj_bias", False),
+        out_bias=_bool(cfg, "projectors_bias", False),
+        gated_norm=_bool(cfg, "mamba_rms_norm", False),
+    )
+
+
 def from_hf_config(
     cfg: dict, *, ident: str, name: str | None = None, source: str = "", meta: dict | None = None
 ) -> Model:
@@ -827,7 +993,11 @@ def from_hf_config(
         cfg = inner
     mt = str(cfg.get("model_type", "")).lower()
     hidden = _int(cfg, "hidden_size", "n_embd", "d_model", "n_embed")
-    n_layers = _int(cfg, "num_hidden_layers", "n_layer", "num_layers")
+    depth: Any = ...
+    if mt == "nemotron_h":  # newer NemotronHConfig files count the layers in their block list
+        pattern = _nemotron_h_pattern(cfg)[1]
+        depth = len(pattern) if isinstance(pattern, (str, list)) and pattern else ...
+    n_layers = _int(cfg, "num_hidden_layers", "n_layer", "num_layers", default=depth)
     n_heads = _int(cfg, "num_attention_heads", "n_head", "num_heads")
     if cfg.get("multi_query") is True:
         n_kv = 1
@@ -851,12 +1021,14 @@ def from_hf_config(
         head_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim
         v_head_dim = mla.v_head_dim
     else:
-        if cfg.get("head_dim") is None and hidden % n_heads:
+        # Nemotron-H's older files name it attention_head_dim
+        head_keys = ("head_dim", "attention_head_dim") if mt == "nemotron_h" else ("head_dim",)
+        if all(cfg.get(k) is None for k in head_keys) and hidden % n_heads:
             raise InputError(
                 f"hidden size {hidden} is not divisible by {n_heads} heads; give head_dim",
                 field="head_dim",
             )
-        head_dim = _int(cfg, "head_dim", default=hidden // n_heads)
+        head_dim = _int(cfg, *head_keys, default=hidden // n_heads)
         v_head_dim = head_dim
     default_ffn = 4 * hidden if mt in _FFN_4X else ...
     ffn_keys = ("intermediate_size", "ffn_dim", "n_inner")
@@ -865,10 +1037,13 @@ def from_hf_config(
     if mt == "granitemoehybrid":  # its MLP is shared_mlp; intermediate_size sizes the experts
         ffn_keys = ("shared_intermediate_size", *ffn_keys)
     intermediate = _int(cfg, *ffn_keys, default=default_ffn)
-    moe, moe_layers = _moe(cfg, mt, n_layers)
+    # Nemotron-H's MoE blocks are refused (_nemotron_h_blocks); its n_routed_experts defaults
+    # mean nothing without them
+    moe, moe_layers = (None, ()) if mt == "nemotron_h" else _moe(cfg, mt, n_layers)
     windows = _windows(cfg, mt, n_layers)
     types = _layer_types(cfg, mt, n_layers) or []
-    kinds = tuple(t if t in _STATE_TYPES else "attention" for t in types)
+    kinds = tuple(t if t in _STATE_TYPES | _MLP_ONLY_TYPES else "attention" for t in types)
+    parallel_mamba = mt == "falcon_h1"
     tie = _bool(cfg, "tie_word_embeddings", mt not in _UNTIED_DEFAULT)
     proj = cfg.get("word_embed_proj_dim") if mt == "opt" else None
     meta = meta or {}
@@ -898,7 +1073,9 @@ def from_hf_config(
         or (mt not in _QKV_BIAS_ONLY and _bool(cfg, "attention_bias", False)),
         mlp_bias=_bool(cfg, "mlp_bias", mt in ("opt", "bloom")) and not moe,
         norm_bias=mt in ("opt", "bloom"),
-        norms_per_layer=4 if mt.startswith("gemma2") or mt.startswith("gemma3") else 2,
+        norms_per_layer=(
+            4 if mt.startswith(("gemma2", "gemma3")) else 1 if mt == "nemotron_h" else 2
+        ),
         qk_norm=mt in ("qwen3", "qwen3_moe", "qwen3_next", "gemma3")
         or (mt == "glm4_moe" and _bool(cfg, "use_qk_norm", False)),
         learned_positions=(_int(cfg, "max_position_embeddings") + 2) if mt == "opt" else 0,
@@ -906,7 +1083,9 @@ def from_hf_config(
         attention_sinks=mt == "gpt_oss",
         layer_kinds=kinds if any(k != "attention" for k in kinds) else (),
         deltanet=_deltanet(cfg, kinds),
-        mamba=_mamba(cfg, mt, hidden, kinds),
+        mamba=_mamba(cfg, mt, hidden, kinds, parallel_mamba),
+        parallel_mamba=parallel_mamba,
+        mlp_layers=tuple(k == "mlp" for k in kinds) if mt == "nemotron_h" else (),
         attn_output_gate=_bool(cfg, "attn_output_gate", mt == "qwen3_next"),
         native_dtype=str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"),
         published_params=published.get("value"),
