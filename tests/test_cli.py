@@ -310,3 +310,12 @@ def test_a_failed_build_exits_1_in_one_line(error, args, module, function, cli, 
     r = cli(*args)
     assert r.code == 1
     assert r.err == f"kvoffload: build failed: {message}\n"
+
+
+def test_models_show_names_recurrent_and_mlp_only_layers_by_kind(capsys):
+    from kvoffload.cli import main
+
+    assert main(["models", "show", "nemotron-h-56b"]) == 0
+    line = capsys.readouterr().out.splitlines()[1]
+    assert "10 layers full, 54 layers Mamba (state), 54 layers MLP only" in line
+    assert "window 0" not in line

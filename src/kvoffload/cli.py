@@ -150,15 +150,23 @@ def _models_show(args: argparse.Namespace) -> int:
         _print_json(info)
         return 0
     print(f"{model.id}: {model.name}  ({model.source})")
-    windows = {w for w in model.layer_windows}
-    span = (
-        "full attention"
-        if windows == {None}
-        else ", ".join(
-            f"{sum(1 for w in model.layer_windows if w == x)} layers {'full' if x is None else f'window {x}'}"
-            for x in sorted(windows, key=lambda v: -1 if v is None else v)
-        )
-    )
+    # attention layers by window; recurrent (state) and MLP-only layers by kind
+    attn = [w for w, k in zip(model.layer_windows, model.kinds, strict=True) if k == "attention"]
+    windows = set(attn)
+    parts = [
+        f"{sum(1 for w in attn if w == x)} layers {'full' if x is None else f'window {x}'}"
+        for x in sorted(windows, key=lambda v: -1 if v is None else v)
+    ]
+    others = {
+        "linear_attention": "gated DeltaNet (state)",
+        "mamba": "Mamba (state)",
+        "mlp": "MLP only",
+    }
+    for kind, label in others.items():
+        n = sum(1 for k in model.kinds if k == kind)
+        if n:
+            parts.append(f"{n} layers {label}")
+    span = "full attention" if windows == {None} and len(parts) == 1 else ", ".join(parts)
     print(
         f"  {model.n_layers} layers, hidden {model.hidden}, {model.attention_kind.upper()}: "
         f"{model.n_heads} heads, {model.n_kv_heads} KV heads, head_dim {model.head_dim}; {span}"

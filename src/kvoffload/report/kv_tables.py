@@ -26,6 +26,7 @@ def model_kv_table(sizes: pd.DataFrame, tokens: int) -> pd.DataFrame:
                 _sliding(n, w)
                 for n, w in zip(sizes["sliding_layers"], sizes["windows"], strict=True)
             ],
+            "layers with a fixed state": [n or "—" for n in sizes["state_layers"]],
             "bytes per token": sizes["bytes_per_token"],
             f"per request at {tokens:,} tokens": [
                 format_bytes(b) for b in sizes["per_request_bytes"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from kvoffload.model import kv
@@ -18,7 +19,8 @@ def model_sizes(
     rows = []
     for ident in ids or model_ids():
         m = load_model(ident)
-        windows = sorted({w for w in m.layer_windows if w is not None})
+        attn = [w for w, k in zip(m.layer_windows, m.kinds, strict=True) if k == "attention"]
+        windows = sorted({w for w in attn if w is not None})
         rows.append(
             {
                 "model": ident,
@@ -26,7 +28,8 @@ def model_sizes(
                 "layers": m.n_layers,
                 "kv_heads": "latent" if m.mla else m.n_kv_heads,
                 "vectors": tuple(m.kv_vectors()),
-                "sliding_layers": sum(w is not None for w in m.layer_windows),
+                "sliding_layers": sum(w is not None for w in attn),
+                "state_layers": int(np.count_nonzero(kv.state_bytes_per_layer(m, fmt))),
                 "windows": tuple(windows),
                 "bytes_per_token": kv.bytes_per_token(m, fmt),
                 "per_request_bytes": int(kv.request_bytes(m, tokens, fmt)),
