@@ -128,6 +128,11 @@ def test_calibration_takes_engine_constants_kind_and_source_from_the_catalog():
     rows = calibration.calibration_rows("t4-pcie3")
     testbed = rows[rows["where"] == "t4-pcie3"]
     assert len(testbed) > 0 and (testbed["kind"] == "measured").all()
+    matvec = rows[rows["where"].str.endswith("(CPU matvec)")]
+    kernels = catalog.load("cpu_matvec")["constants"]
+    assert len(matvec) == len(kernels) and "measured" not in set(matvec["kind"])
+    assert all(s.startswith("CPU-only runs ") for s in matvec["source"])  # rows in cpu_matvec.yaml
+    rows = rows.drop(matvec.index)
     engines = rows[rows["where"] != "t4-pcie3"]
     data = catalog.load("engine_constants")
     assert len(engines) == sum(len(v) for v in data.values())

@@ -30,4 +30,12 @@ def calibration_rows(system_id: str) -> pd.DataFrame:
              "kind": c["kind"], "source": c["source"]}
             for name, c in entries.items()
         ]  # fmt: skip
+    # the CPU matvec kernels llama.cpp's CPU-side matmuls run at (fitted to CPU-only runs)
+    matvec = catalog.load("cpu_matvec")["constants"]
+    rows += [
+        {"where": "llama.cpp engine (CPU matvec)", "constant": f"{name}: share of host bandwidth, per thread",
+         "value": f"{c['bandwidth_share']:.3g}, {c['per_thread']}", "kind": c["kind"],
+         "source": "CPU-only runs " + ", ".join(c["from_rows"]) + " (catalog/cpu_matvec.yaml)"}
+        for name, c in matvec.items()
+    ]  # fmt: skip
     return pd.DataFrame(rows, columns=COLUMNS)
