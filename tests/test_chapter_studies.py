@@ -19,12 +19,12 @@ from kvoffload.studies import (
     validation_findings,
 )
 
-LLAMA = load_model("llama-3-8b")
+LLAMA = load_model("llama-3.1-8b")
 
 
 @pytest.fixture(scope="module")
 def predictions():
-    return engines_compared.engine_predictions("a100-80gb-sxm-pcie4", "llama-3-8b", 32_000, 128)
+    return engines_compared.engine_predictions("a100-80gb-sxm-pcie4", "llama-3.1-8b", 32_000, 128)
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,7 @@ def test_fastest_is_the_shortest_predicted_step(predictions):
 
 
 def test_llamacpp_half_and_half_is_near_the_harmonic_mean_of_the_ends():
-    ngl = engines_compared.ngl_frame("a100-80gb-sxm-pcie4", "llama-3-8b")
+    ngl = engines_compared.ngl_frame("a100-80gb-sxm-pcie4", "llama-3.1-8b")
     assert list(ngl["n_gpu_layers"]) == list(range(LLAMA.n_layers + 2))
     split = engines_compared.layer_split(ngl)
     assert split.cpu_only < split.half < split.gpu_only

@@ -319,3 +319,12 @@ def test_models_show_names_recurrent_and_mlp_only_layers_by_kind(capsys):
     line = capsys.readouterr().out.splitlines()[1]
     assert "10 layers full, 54 layers Mamba (state), 54 layers MLP only" in line
     assert "window 0" not in line
+
+
+def test_a_context_beyond_the_model_is_refused_in_one_line(capsys):
+    from kvoffload.cli import main
+
+    assert main(["kv", "llama-3-8b", "--seq", "128000", "--json"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "beyond llama-3-8b's context of 8,192" in err[0]
+    assert main(["kv", "llama-3.1-8b", "--seq", "128000", "--json"]) == 0  # 131,072 positions

@@ -17,7 +17,7 @@ from kvoffload.studies import validation
 def scenario(engine, options=None, **kw):
     raw = {
         "hardware": kw.get("hardware", "rtx-3070-ti-desktop"),
-        "model": kw.get("model", "llama-3-8b"),
+        "model": kw.get("model", "llama-3.1-8b"),
         "engine": engine,
         "precision": {"weights": kw.get("weights", "q4_k_m"), "kv": "fp16"},
         "workload": {
@@ -105,7 +105,7 @@ def test_infllm_moves_far_less_than_full_offload_at_long_context():
         check=False,
     )
     full = predict(parse_scenario({
-        "hardware": "a100-80gb-sxm-pcie4", "model": "llama-3-8b", "workload": {"batch": 1, "prompt": 128_000, "generate": 32},
+        "hardware": "a100-80gb-sxm-pcie4", "model": "llama-3.1-8b", "workload": {"batch": 1, "prompt": 128_000, "generate": 32},
         "placement": {"kv": {"cpu": 1.0}}}, name="full"), check=False)  # fmt: skip
     assert inf.streams_s["h2d"] < full.streams_s["h2d"] / 20
 

@@ -85,3 +85,14 @@ def test_memory_fit_frame_marks_the_points_above_the_gpu_memory():
     assert grid["fits"].any() and not grid["fits"].all()
     fit = memory_fit.longest_fit(A100, LLAMA, [1, 64])
     assert fit.frame()["longest context that fits (tokens)"].tolist() == fit.tokens.tolist()
+
+
+def test_models_shown_beyond_their_context_are_marked():
+    from kvoffload.report import kv_tables
+    from kvoffload.studies import kv_sizing
+
+    sizes = kv_sizing.model_sizes(128_000, ids=["llama-3-8b", "llama-3.1-8b"])
+    assert list(sizes["beyond_context"]) == [True, False]
+    table = kv_tables.model_kv_table(sizes, 128_000)
+    cells = list(table["per request at 128,000 tokens"])
+    assert "beyond its 8,192-token context" in cells[0] and "beyond" not in cells[1]

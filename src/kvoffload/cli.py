@@ -202,6 +202,12 @@ def _kv(args: argparse.Namespace) -> int:
 
     model = load_model(args.model)
     fmt = kv_format(args.dtype, field="--dtype")
+    if model.max_positions is not None and args.seq > model.max_positions:
+        raise InputError(
+            f"{args.seq:,} tokens is beyond {model.id}'s context of {model.max_positions:,} "
+            "(max_position_embeddings)",
+            field="--seq",
+        )
     size = kv_size(model, args.seq, args.batch, fmt)
     if args.json:
         _print_json(size.to_json())

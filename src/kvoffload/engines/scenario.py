@@ -218,6 +218,14 @@ def parse_scenario(raw: dict, *, base: Path = Path("."), name: str = "scenario")
             field="pinned",
         )
     w = s.workload
+    limit = model.max_positions
+    if limit is not None and w.prompt + w.generate > limit:
+        raise InputError(
+            f"prompt + generate = {w.prompt + w.generate:,} tokens is beyond {model.id}'s context "
+            f"of {limit:,} (max_position_embeddings)",
+            file=name,
+            field="workload.prompt",
+        )
     return Scenario(
         system,
         model,

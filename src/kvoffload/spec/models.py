@@ -221,6 +221,9 @@ class Model:
     norms_per_layer: int = 2
     qk_norm: bool = False
     learned_positions: int = 0
+    # the longest context the model is built for (config max_position_embeddings, rope scaling
+    # included where the config folds it in, as Llama 3.1's 131,072); None: not stated (ALiBi)
+    max_positions: int | None = None
     embed_proj_dim: int | None = None
     attention_sinks: bool = False
     # per layer: 'attention', 'linear_attention' (gated DeltaNet), 'mamba' or 'mlp' (a block with
@@ -1079,6 +1082,9 @@ def from_hf_config(
         qk_norm=mt in ("qwen3", "qwen3_moe", "qwen3_next", "gemma3")
         or (mt == "glm4_moe" and _bool(cfg, "use_qk_norm", False)),
         learned_positions=(_int(cfg, "max_position_embeddings") + 2) if mt == "opt" else 0,
+        max_positions=_int(
+            cfg, "max_position_embeddings", "n_positions", "seq_length", default=None
+        ),
         embed_proj_dim=proj if isinstance(proj, int) and proj > 0 else None,
         attention_sinks=mt == "gpt_oss",
         layer_kinds=kinds if any(k != "attention" for k in kinds) else (),

@@ -33,6 +33,9 @@ def model_sizes(
                 "windows": tuple(windows),
                 "bytes_per_token": kv.bytes_per_token(m, fmt),
                 "per_request_bytes": int(kv.request_bytes(m, tokens, fmt)),
+                # a context the model was not built for is shown, but marked as beyond its range
+                "max_positions": m.max_positions,
+                "beyond_context": m.max_positions is not None and tokens > m.max_positions,
             }
         )
     return pd.DataFrame(rows)
@@ -69,7 +72,7 @@ def layout_ratios(sizes: pd.DataFrame) -> LayoutRatios:
     """Return the MHA/GQA and GQA/MLA cache ratios and the largest cache in ``sizes``."""
     by_id = sizes.set_index("model")["per_request_bytes"]
     return LayoutRatios(
-        mha_over_gqa=float(by_id["llama-2-7b"] / by_id["llama-3-8b"]),
+        mha_over_gqa=float(by_id["llama-2-7b"] / by_id["llama-3.1-8b"]),
         gqa_over_mla=float(by_id["llama-3.1-405b"] / by_id["deepseek-v3"]),
         largest_model=str(by_id.idxmax()),
         largest_bytes=int(by_id.max()),
