@@ -91,8 +91,8 @@ def test_models_shown_beyond_their_context_are_marked():
     from kvoffload.report import kv_tables
     from kvoffload.studies import kv_sizing
 
-    sizes = kv_sizing.model_sizes(128_000, ids=["llama-3-8b", "llama-3.1-8b"])
-    assert list(sizes["beyond_context"]) == [True, False]
+    sizes = kv_sizing.model_sizes(128_000, ids=["llama-3-8b", "llama-3.1-8b", "bloom-176b"])
+    assert list(sizes["beyond_context"]) == [True, False, False]  # BLOOM (ALiBi) states none
     table = kv_tables.model_kv_table(sizes, 128_000)
     cells = list(table["per request at 128,000 tokens"])
     assert "beyond its 8,192-token context" in cells[0] and "beyond" not in cells[1]

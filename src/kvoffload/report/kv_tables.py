@@ -29,7 +29,7 @@ def model_kv_table(sizes: pd.DataFrame, tokens: int) -> pd.DataFrame:
             "layers with a fixed state": [n or "—" for n in sizes["state_layers"]],
             "bytes per token": sizes["bytes_per_token"],
             f"per request at {tokens:,} tokens": [
-                format_bytes(b) + (f" (beyond its {n:,}-token context)" if over else "")
+                format_bytes(b) + (f" (beyond its {int(n):,}-token context)" if over else "")
                 for b, n, over in zip(
                     sizes["per_request_bytes"],
                     sizes["max_positions"],
