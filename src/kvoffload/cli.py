@@ -202,12 +202,10 @@ def _kv(args: argparse.Namespace) -> int:
 
     model = load_model(args.model)
     fmt = kv_format(args.dtype, field="--dtype")
-    if model.max_positions is not None and args.seq > model.max_positions:
-        raise InputError(
-            f"{args.seq:,} tokens is beyond {model.id}'s context of {model.max_positions:,} "
-            "(max_position_embeddings)",
-            field="--seq",
-        )
+    try:
+        model.check_context(args.seq)
+    except InputError as exc:
+        raise exc.within(field="--seq") from None
     size = kv_size(model, args.seq, args.batch, fmt)
     if args.json:
         _print_json(size.to_json())

@@ -218,14 +218,10 @@ def parse_scenario(raw: dict, *, base: Path = Path("."), name: str = "scenario")
             field="pinned",
         )
     w = s.workload
-    limit = model.max_positions
-    if limit is not None and w.prompt + w.generate > limit:
-        raise InputError(
-            f"prompt + generate = {w.prompt + w.generate:,} tokens is beyond {model.id}'s context "
-            f"of {limit:,} (max_position_embeddings)",
-            file=name,
-            field="workload.prompt",
-        )
+    try:
+        model.check_context(w.prompt + w.generate, what="prompt + generate = ")
+    except InputError as exc:
+        raise exc.within(file=name, field="workload.prompt") from None
     return Scenario(
         system,
         model,
@@ -242,8 +238,7 @@ def parse_scenario(raw: dict, *, base: Path = Path("."), name: str = "scenario")
         w.prompt,
         w.generate,
         options,
-        "placement" in raw,
-        s.pinned if "pinned" in raw else None,
+        pinned=s.pinned if "pinned" in raw else None,
     )
 
 

@@ -113,11 +113,6 @@ def _activation_bytes(fmt: WeightFormat) -> int:
     return 4 if fmt is WeightFormat.FP32 else 2
 
 
-def gpu_to_gpu_s(system: System, nbytes: float) -> float:
-    """Return seconds to hand ``nbytes`` from one GPU to another over the profile's link."""
-    return float(peer_time(system, nbytes))
-
-
 # -- Accelerate's auto device map -------------------------------------------------------------
 Device = int | str  # a GPU index, "cpu" or "disk"
 
@@ -389,7 +384,7 @@ def _zero_ranks(sc: Scenario, setup: decode.Setup, n: int) -> Prediction:
     ctx = sc.prompt + decode.samples(sc.generate)
     per = dict(decode.stream_times(rank, ctx, rank_batch))
     per["disk_read"] = decode.stream_times(setup, ctx, rank_batch)["disk_read"]
-    gather = np.array([gpu_to_gpu_s(sc.system, (n - 1) / n * b) for b in lay.weight_bytes])
+    gather = peer_time(sc.system, lay.weight_bytes, share=(n - 1) / n)
     per["h2d"] = per["h2d"] + gather
     tpot = float(np.mean(decode.combine(per, lay, "pipeline")))
     # prefill: the rank's own part over its link, then the all-gathers, the drive reading it all
@@ -446,9 +441,9 @@ def _accelerate(sc: Scenario) -> Prediction:
     act = _activation_bytes(sc.setup.weights)
     hidden = sc.batch * sc.model.hidden * act
     logits = sc.batch * sc.model.vocab * act if logits_back else 0.0
-    step_extra = boundaries * gpu_to_gpu_s(system, hidden) + gpu_to_gpu_s(system, logits)
-    ttft_extra = boundaries * gpu_to_gpu_s(system, hidden * sc.prompt) + gpu_to_gpu_s(
-        system, logits
+    step_extra = float(boundaries * peer_time(system, hidden) + peer_time(system, logits))
+    ttft_extra = float(
+        boundaries * peer_time(system, hidden * sc.prompt) + peer_time(system, logits)
     )
     streams = dict(pred.streams_s)
     streams["h2d"] += step_extra

@@ -211,6 +211,7 @@ def layers(model: Model, weights: WeightFormat) -> Layers:
     arr = np.array(unique)
     count = np.bincount(order, minlength=len(unique)).astype(float)
     attention = arr[:, 5] > 0  # the head and recurrent layers cache no token and attend over none
+    group_bytes, group_params = _class_rows(model, weights, order)
     # A recurrent layer's per-token work on its state (a few FLOPs per state value) is left out:
     # beside its matmuls it is small, and its state traffic (state_values) bounds it first.
     return Layers(
@@ -220,16 +221,14 @@ def layers(model: Model, weights: WeightFormat) -> Layers:
         kv_per_token=np.where(attention, 1.0, 0.0),  # scaled by the KV format in stream_times
         weight_bytes=arr[:, 1],
         # routed experts' bytes, their per-expert biases included (read per touched expert)
-        expert_bytes=_class_rows(model, weights, order)[0][
-            :, tensor_groups.GROUPS.index("experts")
-        ],
+        expert_bytes=group_bytes[:, tensor_groups.GROUPS.index("experts")],
         dense_flops=2 * arr[:, 3],
         attn_flops=np.where(attention, float(attn), 0.0),
         qo_bytes=2 * 2 * model.n_heads * model.v_head_dim,
         expert_use=(k, n),
         state_values=arr[:, 4],
-        group_bytes=_class_rows(model, weights, order)[0],
-        group_params=_class_rows(model, weights, order)[1],
+        group_bytes=group_bytes,
+        group_params=group_params,
     )
 
 
@@ -280,9 +279,7 @@ def weight_traffic(setup: Setup, lay: Layers, b: np.ndarray) -> WeightTraffic:
         if not np.any(full):
             continue
         # groups not placed one by one: on the GPU beside placed groups, else the whole split
-        g = placed.get(
-            name, GroupPlacement(name, Split() if p.groups else Split(*_whole(p.weights)))
-        )
+        g = placed.get(name, GroupPlacement(name, Split() if p.groups else p.weights))
         read = full * active if i == experts else full
         flops = 2 * b * lay.group_params[:, i] * ((k / n) if i == experts else 1.0)
         off = g.tier.cpu + g.tier.disk
@@ -301,11 +298,6 @@ def weight_traffic(setup: Setup, lay: Layers, b: np.ndarray) -> WeightTraffic:
     return WeightTraffic(
         arr(gpu_b), arr(cpu_b), arr(gpu_f), arr(cpu_f), arr(moved), arr(disk), arr(crossing)
     )
-
-
-def _whole(w: Split) -> tuple[float, float, float]:
-    """Return a whole-model split's shares (groups not placed one by one follow it)."""
-    return (w.gpu, w.cpu, w.disk)
 
 
 def _kv_token_bytes(model: Model, fmt: KvFormat) -> float:

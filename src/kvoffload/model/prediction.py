@@ -31,7 +31,6 @@ class Scenario:
     prompt: int
     generate: int
     options: Any = None  # the engine's validated options (None for generic)
-    placement_given: bool = True
     pinned: bool | None = None  # the scenario's `pinned:` where it says; None: the engine's default
 
     def pinned_or(self, engine_default: bool) -> bool:

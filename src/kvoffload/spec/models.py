@@ -271,6 +271,14 @@ class Model:
         """True when any attention layer attends over a bounded window (or chunk)."""
         return any(w is not None and w > 0 for w in self.layer_windows)
 
+    def check_context(self, tokens: int, *, what: str = "") -> None:
+        """Refuse ``tokens`` of context beyond what the model is built for (max_position_embeddings)."""
+        if self.max_positions is not None and tokens > self.max_positions:
+            raise InputError(
+                f"{what}{tokens:,} tokens is beyond {self.id}'s context of "
+                f"{self.max_positions:,} (max_position_embeddings)"
+            )
+
     @property
     def kinds(self) -> tuple[str, ...]:
         """Return each layer's token mixer: 'attention', 'linear_attention', 'mamba' or 'mlp'.

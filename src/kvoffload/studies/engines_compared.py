@@ -11,7 +11,7 @@ from numpy.typing import ArrayLike
 
 from kvoffload.engines import infllm
 from kvoffload.engines.scenario import check_fits, parse_scenario, predict
-from kvoffload.model import kv
+from kvoffload.model import decode, kv
 from kvoffload.model.prediction import Scenario
 from kvoffload.spec.errors import InputError
 from kvoffload.spec.models import Model, load_model
@@ -36,7 +36,7 @@ def _scenario(
     """Return the scenario of one ``ENGINE_SETUPS`` row for the workload."""
     engine, options, placement, weights = ENGINE_SETUPS[label]
     if options == "half":
-        w = load_model(model).weight_bytes(WeightFormat(weights)).total
+        w = decode.resident_weight_bytes(load_model(model), WeightFormat(weights))
         options = {"cpu_offload_gb": w / 2 / 2**30}
     raw = {
         "hardware": hardware,

@@ -25,7 +25,7 @@ def interactive_constants(setup: decode.Setup) -> dict[str, float]:
     sysm = setup.system
     lay = decode.layers(setup.model, setup.weights)
     return {
-        "weights_bytes": float(lay.weight_bytes @ lay.count),
+        "weights_bytes": decode.step_weight_bytes(setup.model, setup.weights),
         "dense_flops": float(lay.dense_flops @ lay.count),
         "hbm_bps": sysm.gpu.streaming_bandwidth,
         "attn_bps": sysm.gpu.attention_rate,
