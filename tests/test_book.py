@@ -17,7 +17,7 @@ from kvoffload.build.profiles import plan, resolve_profile
 from kvoffload.build.runner import chapters, check_parameters, per_profile
 from kvoffload.build.site import build_book
 from kvoffload.spec.errors import InputError
-from tests.conftest import BOOK_PROFILES, copy_book_sources
+from tests.conftest import BOOK_PROFILES, REPO, copy_book_sources
 
 pytestmark = pytest.mark.slow
 
@@ -165,3 +165,16 @@ def test_run_for_a_profile_that_is_not_in_the_catalog(tmp_path):
     assert not OFFSITE.search(page)
     assert result.notebooks[0].is_file()
     shutil.rmtree(tmp_path / "out")
+
+
+def test_markdown_beside_the_book_is_kept_out_of_it():
+    """A Markdown file at the repository root (README, CONTRIBUTING) is not a page: the strict
+    build (-W) fails on a document that no toctree includes, so each must be excluded."""
+    import fnmatch
+
+    import yaml
+
+    config = yaml.safe_load((REPO / "_config.yml").read_text())
+    excluded = config["exclude_patterns"]
+    for path in REPO.glob("*.md"):
+        assert any(fnmatch.fnmatch(path.name, p) for p in excluded), path.name
