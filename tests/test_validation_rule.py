@@ -7,7 +7,12 @@ The rule (issue 14), the same for calibration tables and for checks:
 3. No row is beyond the ceiling ``CEILING`` (3x) either way; nothing is excepted from this.
 
 A row the model refuses (it says the configuration does not fit, but it ran) counts as an
-infinitely wrong row: it fails 2. and 3. and enters the median as an infinite error.
+infinitely wrong row: it fails 2. and 3. and enters the median as an infinite error. The one
+exception: a refusal of a row marked ``truncated_run`` (the source ran a shortened configuration
+and projected its figure, e.g. FlexGen's ``--debug fewer_batch``, which times a few layer steps of
+the first token and never writes most of the cache) is reported by ``validate`` but not counted:
+the run never held the full configuration's memory, so it does not contradict the refusal. A
+truncated row the model does predict is counted like any other.
 
 One exception class lowers bar 2. to bar 3., stated here with its reason:
 
@@ -58,6 +63,8 @@ def _bar(row: dict) -> float:
 def tables() -> dict[str, list]:
     out: dict[str, list] = {}
     for r in validation.run():
+        if r.predicted is None and r.row.get("truncated_run"):
+            continue  # a refusal the shortened run does not contradict (see the rule above)
         out.setdefault(r.row["table"], []).append(r)
     return out
 
