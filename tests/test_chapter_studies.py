@@ -79,17 +79,49 @@ def test_infllm_moves_a_bounded_number_of_bytes_while_full_offload_grows():
 def test_results_frame_and_statistics_follow_the_rows(results):
     frame = validation_findings.results_frame(results)
     assert len(frame) == len(results)
-    assert frame["ratio"].to_numpy() == pytest.approx(
-        (frame["predicted"] / frame["measured"]).to_numpy()
+    predicted = frame.dropna(subset=["predicted"])
+    assert predicted["ratio"].to_numpy() == pytest.approx(
+        (predicted["predicted"] / predicted["measured"]).to_numpy()
     )
+    refused = frame[frame["predicted"].isna()]
+    assert (refused["refused"].str.startswith("does not fit: ")).all()
+    assert (predicted["refused"] == "").all()
     stats = validation_findings.error_stats(results)
-    assert stats["all"].rows == len(results)
-    errors = np.abs(frame["ratio"] - 1)
+    assert stats["all"].rows == len(results) and stats["all"].refused == len(refused)
+    errors = np.abs(predicted["ratio"] - 1)
     assert stats["all"].median_pct == pytest.approx(100 * float(np.median(errors)))
-    within = ((frame["ratio"] >= 0.5) & (frame["ratio"] <= 2)).mean()
+    within = ((frame["ratio"] >= 0.5) & (frame["ratio"] <= 2)).sum() / len(frame)  # NaN: outside
     assert stats["all"].within_2x_pct == pytest.approx(100 * within)
-    for group in ("flexgen", "llamacpp", "flexgen-t4", "zero-inference-a6000"):
+    for group in (
+        "flexgen",
+        "llamacpp",
+        "flexgen-t4",
+        "zero-inference-a6000",
+        "calibration",
+        "check",
+    ):
         assert 0 < stats[group].rows < len(results)
+    assert stats["calibration"].rows + stats["check"].rows == len(results)
+    assert set(frame["role"]) == {"calibration", "check"}
+    assert frame["source"].str.contains(" @ [0-9a-f]{12}: ", regex=True).any()
+
+
+def test_a_row_that_does_not_fit_is_refused_not_predicted():
+    row = next(r for r in validation.rows() if r["id"] == "t4-02")  # OPT-30B in host memory
+    tiny = {
+        row["system"]: {"base": row["system"], "host": {"base": "gcp-t4-host", "memory": "1 GB"}}
+    }
+    (result,) = [r for r in validation.run(tiny, table="flexgen-t4") if r.row["id"] == row["id"]]
+    assert result.predicted is None and result.ratio is None
+    assert result.refusal.startswith("does not fit: host memory needs")
+
+
+def test_tables_frame_names_each_tables_role_and_moves():
+    tables = validation_findings.tables_frame()
+    assert set(tables["table"]) == set(validation.tables())
+    moved = tables[tables["moved"] != ""]
+    assert list(moved["table"]) == ["zero-inference-a6000"]
+    assert moved["moved"].iloc[0].startswith("from check on ")
 
 
 def test_miss_ranges_are_the_min_and_max_of_their_rows(results):
@@ -101,10 +133,12 @@ def test_miss_ranges_are_the_min_and_max_of_their_rows(results):
     assert (m.a6000.lo, m.a6000.hi) == (a6k.min(), a6k.max())
     zero = frame.set_index("row").loc[["t4-04", "t4-05"], "ratio"]
     assert (m.zero_from_host.lo, m.zero_from_host.hi) == (zero.min(), zero.max())
-    flexgen = frame.loc[frame["engine"] == "flexgen", "ratio"]
+    flexgen = frame.loc[(frame["engine"] == "flexgen") & (frame["table"] == "flexgen-t4"), "ratio"]
     assert min(m.flexgen_plain.lo, m.flexgen_compressed.lo) == flexgen.min()
     assert max(m.flexgen_plain.hi, m.flexgen_compressed.hi) == flexgen.max()
-    assert m.a6000.lo <= m.a6000_llama70_slow.lo and m.a6000_llama70_slow.lo > 1.5
+    assert m.a6000.lo <= m.a6000_llama70_fast.lo and m.a6000_llama70_fast.lo > 1.5
+    fa = frame.loc[frame["table"] == "flexgen-a6000", "ratio"]
+    assert (m.flexgen_a6000.lo, m.flexgen_a6000.hi) == (fa.min(), fa.max())
     for span in (m.flexgen_plain, m.flexgen_compressed, m.zero_from_host, m.llamacpp, m.a6000):
         assert span.lo <= span.hi
 
@@ -127,7 +161,14 @@ def test_figure_kinds_count_every_figure():
 def test_calibration_takes_engine_constants_kind_and_source_from_the_catalog():
     rows = calibration.calibration_rows("t4-pcie3")
     testbed = rows[rows["where"] == "t4-pcie3"]
-    assert len(testbed) > 0 and (testbed["kind"] == "measured").all()
+    assert len(testbed) > 0 and (testbed["kind"] == "measured").any()
+    fitted = testbed[testbed["kind"].str.startswith("fitted on ")]
+    assert set(fitted["constant"]) >= {
+        "gpu.attention_bandwidth",
+        "link.h2d_bandwidth",
+        "host.flops",
+    }
+    assert set(testbed["kind"]) <= {"measured", *fitted["kind"]}
     matvec = rows[rows["where"].str.endswith("(CPU matvec)")]
     kernels = catalog.load("cpu_matvec")["constants"]
     assert len(matvec) == len(kernels) and "measured" not in set(matvec["kind"])
@@ -139,7 +180,7 @@ def test_calibration_takes_engine_constants_kind_and_source_from_the_catalog():
     assert "measured" not in set(engines["kind"])
     share = engines[engines["constant"].str.startswith("gpu_share")].iloc[0]
     c = data["llamacpp"]["gpu_share"]
-    assert (share["kind"], share["source"]) == (c["kind"], c["source"])
+    assert (share["kind"], share["source"]) == (f"{c['kind']} on {c['machine']}", c["source"])
     assert float(share["value"]) == pytest.approx(c["value"], rel=1e-3)
     assert set(rows["source"]) <= set(catalog.sources())
 

@@ -163,7 +163,7 @@ BAD_PROFILES = {
     "negative-latency": (_swap("80 us", "-80 us"), "storage.read_latency: -80 us is negative"),
     "unknown-kind": (
         _swap("read_bandwidth: 7 GB/s", "read_bandwidth: {value: 7 GB/s, kind: guessed}"),
-        "storage.read_bandwidth: kind 'guessed' is not one of spec, measured, assumed",
+        "storage.read_bandwidth: kind 'guessed' is not one of spec, measured, fitted, assumed",
     ),
     "spec-without-source": (
         _swap("read_bandwidth: 7 GB/s", "read_bandwidth: {value: 7 GB/s, kind: spec}"),
@@ -328,3 +328,29 @@ def test_a_context_beyond_the_model_is_refused_in_one_line(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "beyond llama-3-8b's context of 8,192" in err[0]
     assert main(["kv", "llama-3.1-8b", "--seq", "128000", "--json"]) == 0  # 131,072 positions
+
+
+def test_validate_prints_calibration_and_checks_apart_each_row_with_its_source_version(cli):
+    import json
+
+    from kvoffload.studies import validation
+
+    r = cli("validate")
+    assert r.code == 0, r.err
+    out = r.out.splitlines()
+    cal = out.index(next(line for line in out if line.startswith("== calibration rows")))
+    chk = out.index(next(line for line in out if line.startswith("== check rows")))
+    assert cal < chk
+    for row in validation.rows():
+        i = next(i for i, line in enumerate(out) if line.split()[:1] == [row["id"]])
+        assert (cal < i < chk) == (validation.role(row) == "calibration"), row["id"]
+        source = next(line for line in out[i + 1 : i + 3] if line.lstrip().startswith("source: "))
+        assert validation.cite(row) in source
+    assert any(line.strip().startswith("refused: does not fit") for line in out)
+    assert any(line.startswith("check rows: ") for line in out)
+    data = json.loads(cli("validate", "--json").out)
+    assert {r["role"] for r in data["rows"]} == {"calibration", "check"}
+    assert all(r["source_version"] for r in data["rows"])
+    refused = [r for r in data["rows"] if r["refused"]]
+    assert refused and all(r["predicted"] is None and r["ratio"] is None for r in refused)
+    assert data["tables"]["zero-inference-a6000"]["moved"]["from"] == "check"

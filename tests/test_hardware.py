@@ -166,3 +166,29 @@ def test_attention_rate_defaults_to_the_streaming_rate_and_may_not_exceed_the_me
     too_fast = {"value": "400 GB/s", "kind": "assumed", "source": "kvoffload-assumption"}
     with pytest.raises(Exception, match="attention_bandwidth"):
         build_part("gpu", {"base": "t4", "attention_bandwidth": too_fast})
+
+
+def test_a_fitted_figure_names_its_machine_and_only_a_fitted_one_does():
+    from kvoffload.spec.figures import Kind, parse_figure
+    from kvoffload.spec.units import Dim
+
+    raw = {"value": "79 GB/s", "kind": "fitted", "source": "flexllmgen-cost-model"}
+    with pytest.raises(ValueError, match="names the machine"):
+        parse_figure(raw, Dim.BANDWIDTH, lo=1e6, hi=1e15)
+    fig = parse_figure({**raw, "machine": "GCP T4"}, Dim.BANDWIDTH, lo=1e6, hi=1e15)
+    assert fig.kind is Kind.FITTED and fig.to_json()["machine"] == "GCP T4"
+    with pytest.raises(ValueError, match="names the machine"):
+        parse_figure(
+            {**raw, "kind": "measured", "machine": "GCP T4"}, Dim.BANDWIDTH, lo=1e6, hi=1e15
+        )
+
+
+def test_the_t4_testbeds_fits_are_fitted_not_measured():
+    t4 = load_system("t4-pcie3")
+    for fig in (
+        t4.gpu.attention_bandwidth,
+        t4.gpu.compute_efficiency,
+        t4.link.h2d_bandwidth,
+        t4.host.flops,
+    ):
+        assert fig.kind.value == "fitted" and fig.machine and fig.source == "flexllmgen-cost-model"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -18,6 +18,7 @@ class Kind(StrEnum):
 
     SPEC = "spec"  # a vendor rating or a standard (derivations from them too)
     MEASURED = "measured"  # someone ran a test and published the number
+    FITTED = "fitted"  # a constant fitted to runs on a named machine (the fit's source and machine)
     ASSUMED = "assumed"  # our assumption, the article's figure, or a bare value in a file
 
 
@@ -31,6 +32,7 @@ class Figure:
     source: str = ""
     note: str = ""
     text: str = ""
+    machine: str = ""  # for a fitted figure: the machine the fit was made on
 
     def __str__(self) -> str:
         return format_quantity(self.value, self.dim)
@@ -49,12 +51,14 @@ class Figure:
         if entry:
             out["source_title"] = entry.get("title")
             out["source_url"] = entry.get("url")
+        if self.machine:
+            out["machine"] = self.machine
         if self.note:
             out["note"] = self.note
         return out
 
 
-_FIGURE_KEYS = {"value", "kind", "source", "note"}
+_FIGURE_KEYS = {"value", "kind", "source", "note", "machine"}
 
 
 def parse_figure(raw: Any, dim: Dim, *, lo: float, hi: float, allow_zero: bool = False) -> Figure:
@@ -65,7 +69,7 @@ def parse_figure(raw: Any, dim: Dim, *, lo: float, hi: float, allow_zero: bool =
         extra = set(raw) - _FIGURE_KEYS
         if extra:
             raise ValueError(
-                f"unknown key {sorted(extra)[0]!r}; a figure has value, kind, source, note"
+                f"unknown key {sorted(extra)[0]!r}; a figure has value, kind, source, note, machine"
             )
         if "value" not in raw:
             raise ValueError("a figure mapping needs 'value'")
@@ -73,14 +77,22 @@ def parse_figure(raw: Any, dim: Dim, *, lo: float, hi: float, allow_zero: bool =
         try:
             kind = Kind(kind_raw)
         except ValueError:
-            raise ValueError(f"kind {kind_raw!r} is not one of spec, measured, assumed") from None
+            raise ValueError(
+                f"kind {kind_raw!r} is not one of spec, measured, fitted, assumed"
+            ) from None
         source = raw.get("source", "")
         note = raw.get("note", "")
-        if not isinstance(source, str) or not isinstance(note, str):
-            raise ValueError("source and note must be text")
+        machine = raw.get("machine", "")
+        if not all(isinstance(t, str) for t in (source, note, machine)):
+            raise ValueError("source, note and machine must be text")
         if kind is not Kind.ASSUMED and not source.strip():
             raise ValueError(f"a {kind.value} figure needs a source")
+        if (kind is Kind.FITTED) != bool(machine.strip()):
+            raise ValueError(
+                "a fitted figure, and only a fitted one, names the machine it was fitted on"
+            )
         figure = _from_text(raw["value"], dim, kind, source.strip(), note.strip())
+        figure = replace(figure, machine=machine.strip())
     else:
         figure = _from_text(raw, dim, Kind.ASSUMED, "", "")
     v = figure.value

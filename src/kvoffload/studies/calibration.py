@@ -14,20 +14,23 @@ COLUMNS = ["where", "constant", "value", "kind", "source"]
 def calibration_rows(system_id: str) -> pd.DataFrame:
     """Return the constants a validation testbed and the engines use: value, kind and source.
 
-    The testbed contributes its measured figures; every engine constant comes with the kind
-    (``fitted``, ``derived``, ...) and the source the catalog gives it.
+    The testbed contributes its measured figures and the constants fitted on it (with the fit's
+    machine); every engine constant comes with the kind (``fitted``, ``derived``, ...) and the
+    source the catalog gives it.
     """
     system = load_system(system_id)
     rows = [
-        {"where": system_id, "constant": name, "value": str(f), "kind": f.kind.value, "source": f.source}
+        {"where": system_id, "constant": name, "value": str(f),
+         "kind": f"fitted on {f.machine}" if f.machine else f.kind.value, "source": f.source}
         for name, f in system.figures().items()
-        if f.kind.value == "measured"
+        if f.kind.value in ("measured", "fitted")
     ]  # fmt: skip
     for engine, entries in catalog.load("engine_constants").items():
         where = f"{ENGINE_NAMES.get(engine, engine)} engine"
         rows += [
             {"where": where, "constant": f"{name} ({c['unit']})", "value": f"{c['value']:.4g}",
-             "kind": c["kind"], "source": c["source"]}
+             "kind": f"{c['kind']} on {c['machine']}" if c.get("machine") else c["kind"],
+             "source": c["source"]}
             for name, c in entries.items()
         ]  # fmt: skip
     # the CPU matvec kernels llama.cpp's CPU-side matmuls run at (fitted to CPU-only runs)
