@@ -98,3 +98,17 @@ def test_random_reads_chart_orders_request_sizes_by_bytes_or_says_there_are_none
     assert sort == ["4 KiB", "64 KiB", "1 MiB"]
     assert isinstance(measure_charts.random_read_view(rows), charting.Embedded)
     assert "No storage measurements" in measure_charts.random_read_view([]).data
+
+
+def test_validation_chart_plots_every_predicted_row_and_marks_its_role():
+    from kvoffload.report import validation_charts
+    from kvoffload.studies import validation, validation_findings
+
+    frame = validation_findings.results_frame(validation.run())
+    spec = validation_charts.validation_chart(frame).to_dict()
+    points = spec["layer"][2]
+    assert points["encoding"]["shape"]["field"] == "role"
+    plotted = spec["datasets"][points["data"]["name"]]
+    assert (
+        len(plotted) == frame["ratio"].notna().sum() == len(frame) - (frame["refused"] != "").sum()
+    )
