@@ -18,8 +18,27 @@ from kvoffload.spec.precision import kv_format, weight_format
 from kvoffload.spec.units import Dim, UnitError, format_quantity, parse_quantity
 
 VERDICTS = ("holds", "imprecise", "wrong", "not verifiable")
-DEFAULT_TOLERANCE = 0.05  # within this relative error a claim holds
-DEFAULT_WRONG_ABOVE = 0.25  # beyond this it is wrong; in between, imprecise
+
+# -- the rule: one for every recomputed claim, stated here once ----------------------------------
+HOLDS_WITHIN = 0.05  # relative error |claimed - recomputed| / |recomputed| at most this: holds
+IMPRECISE_WITHIN = 0.25  # at most this: imprecise; beyond it: wrong
+# What a claim's number is, which says how the rule applies to it:
+#   measure     a quantity (bytes, seconds, a rate, a ratio): judged by its relative error; a range
+#               ({min, max}, either end open) holds inside and is judged by its distance to the
+#               nearer end outside
+#   count       a whole number fixed by a definition (layers, heads, device crossings): right only
+#               if equal (or inside its range), else wrong, however close
+#   comparison  an order the article asserts ({gt: x} or {lt: x}: "faster than", "below"): holds
+#               if strictly true, else wrong
+KINDS = ("measure", "count", "comparison")
+NEW = "not listed"  # previous_verdict of a claim the earlier version of the chapter did not check
+
+
+def rule_verdict(error: float) -> str:
+    """Return the verdict a relative error earns under the rule."""
+    if error <= HOLDS_WITHIN:
+        return "holds"
+    return "imprecise" if error <= IMPRECISE_WITHIN else "wrong"
 
 
 # -- recomputations: each returns one number in base units (s, B, B/s) or a plain ratio ---------
@@ -224,6 +243,63 @@ def link_over_hbm_at(system: str, model: str, tokens: int, rate: str) -> float:
     return link_time_at(model, tokens, rate) / hbm_kv_time(system, model, tokens)
 
 
+def layer_attention_time(system: str, model: str, tokens: int, batch: int = 1) -> float:
+    """Return one full-attention layer's attention alone on the GPU: read its K and V, or its FLOPs.
+
+    The article's "attention of one layer" (0.25 ms at 128K): the layer's weights are not in it.
+    """
+    s, m = load_system(system), load_model(model)
+    lay = decode.layers(m, weight_format("bf16"))
+    read = batch * kv.full_layer_bytes(m, tokens) / s.gpu.attention_rate
+    flops = batch * float(np.max(lay.attn_flops)) * tokens / s.compute_rate
+    return float(max(read, flops))
+
+
+def layer_link_over_attention(system: str, model: str, tokens: int) -> float:
+    """Return one layer's copy over the link over that layer's attention time on the GPU."""
+    return layer_move_time(system, model, tokens, "link") / layer_attention_time(
+        system, model, tokens
+    )
+
+
+def step_flops(model: str, tokens: int, batch: int = 1) -> float:
+    """Return one decode step's FLOPs over every layer and the head: matmuls plus attention."""
+    lay = decode.layers(load_model(model), weight_format("bf16"))
+    per_token = lay.dense_flops + lay.attn_flops * np.minimum(tokens, lay.window)
+    return float(batch * (per_token @ lay.count))
+
+
+def flops_ratio(model: str, tokens: int, batch: int, base: int = 1) -> float:
+    """Return how much a decode step's FLOPs (연산량) grow from batch ``base`` to ``batch``."""
+    return step_flops(model, tokens, batch) / step_flops(model, tokens, base)
+
+
+def copy_per_token_ratio(system: str, model: str, tokens: int, batch: int) -> float:
+    """Return the link time per generated token at ``batch`` over that at batch 1 (cache in host memory).
+
+    1 means batching does not share the copy out: each request brings its own cache.
+    """
+    return (
+        step_link_time(system, model, tokens, batch) / batch / step_link_time(system, model, tokens)
+    )
+
+
+def cpu_attention_layer_bytes(model: str, batch: int = 1) -> float:
+    """Return the bytes one layer moves over the link per step when attention runs beside the cache.
+
+    The query goes to the CPU with the new token's K and V, the attention output comes back
+    (FlexGen ``--cpu``, ZeRO-Inference's KV offload); the cache itself does not cross.
+    """
+    m = load_model(model)
+    lay = decode.layers(m, weight_format("bf16"))
+    return float(batch * (lay.qo_bytes + kv.attention_layer_token_bytes(m)))
+
+
+def system_ratio(system: str, num: str, den: str) -> float:
+    """Return one system figure over another, each given as 'part.field'."""
+    return system_figure(system, num) / system_figure(system, den)
+
+
 FUNCTIONS: dict[str, Callable[..., float]] = {
     f.__name__: f
     for f in (
@@ -232,7 +308,9 @@ FUNCTIONS: dict[str, Callable[..., float]] = {
         link_time_ratio, batch_slope_changes, batch_vs_context_growth, llamacpp_offloadable_layers,
         llamacpp_device_crossings, harmonic_midpoint, arithmetic_midpoint, nvme_random_share,
         weight_bytes, kv_ratio, tpot, tpot_w4_change, max_context, storage_step_time, hbm_kv_time,
-        link_over_hbm, model_layers, link_time_at, link_over_hbm_at,
+        link_over_hbm, model_layers, link_time_at, link_over_hbm_at, layer_attention_time,
+        layer_link_over_attention, step_flops, flops_ratio, copy_per_token_ratio,
+        cpu_attention_layer_bytes, system_ratio,
     )
 }  # fmt: skip
 
@@ -250,6 +328,14 @@ def _value(x: Any) -> float:
     raise ValueError(f"cannot read claimed value {x!r}")
 
 
+def _is_range(c: Any) -> bool:
+    return isinstance(c, dict) and ("min" in c or "max" in c)
+
+
+def _is_order(c: Any) -> bool:
+    return isinstance(c, dict) and ("gt" in c or "lt" in c)
+
+
 @dataclass(frozen=True)
 class Claim:
     """One claim of the article."""
@@ -260,14 +346,37 @@ class Claim:
     gloss: str
     verdict: str
     reason: str
-    claimed: Any = None  # a value, {min, max}, or {gt|lt: x}
+    claimed: Any = None  # a value, {min, max} (either may be left out), or {gt|lt: x}
     recompute: dict | None = None  # {call: name, args: {...}}
-    tolerance: float = DEFAULT_TOLERANCE
-    wrong_above: float = DEFAULT_WRONG_ABOVE
+    kind: str = "measure"  # how the rule applies: see KINDS
+    quantity: str = ""  # what the claimed number measures, where the quote does not say it
     unit: str = ""  # how to show the values: a Dim name, or '' for a plain number
     source: str = ""
     correct: str = ""
     conclusion: str = ""
+    previous_verdict: str = ""  # the verdict before the re-judging (NEW for an added claim)
+    previous_gloss: str = ""  # the gloss before, where it changed
+    change_reason: str = ""  # why the verdict or the gloss changed
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.kind not in KINDS:
+            problems.append(f"kind {self.kind!r} is not one of {KINDS}")
+        if (self.kind == "comparison") != _is_order(self.claimed):
+            problems.append("a comparison, and only a comparison, claims {gt: x} or {lt: x}")
+        if self.verdict not in VERDICTS:
+            problems.append(f"verdict {self.verdict!r} is not one of {VERDICTS}")
+        if self.previous_verdict not in ("", NEW, *VERDICTS):
+            problems.append(f"previous_verdict {self.previous_verdict!r} is not a verdict")
+        changed = self.previous_verdict or self.previous_gloss
+        if changed and not self.change_reason:
+            problems.append("a changed verdict or gloss needs a change_reason")
+        if self.change_reason and not changed:
+            problems.append("change_reason without a previous_verdict or previous_gloss")
+        if self.previous_verdict == self.verdict:
+            problems.append("previous_verdict equals the verdict: leave it out")
+        if problems:
+            raise ValueError(f"claim {self.id}: " + "; ".join(problems))
 
     def recomputed(self) -> float | None:
         """Return the package's value for the claim, or None for a fact checked against a source."""
@@ -276,25 +385,33 @@ class Claim:
         return float(FUNCTIONS[self.recompute["call"]](**self.recompute.get("args", {})))
 
     def error(self, value: float) -> float:
-        """Return the relative distance from the claim to ``value`` (0 when a range or bound holds)."""
+        """Return the relative distance from the claim to ``value`` (0 when a range or order holds)."""
         c = self.claimed
-        if isinstance(c, dict) and ("min" in c or "max" in c):
+        if _is_order(c):
+            ok = value > _value(c["gt"]) if "gt" in c else value < _value(c["lt"])
+            return 0.0 if ok else math.inf
+        if _is_range(c):
             lo, hi = _value(c.get("min", -math.inf)), _value(c.get("max", math.inf))
             if lo <= value <= hi:
                 return 0.0
-            bound = lo if value < lo else hi
-            return abs(bound - value) / abs(value)
-        if isinstance(c, dict) and ("gt" in c or "lt" in c):
-            ok = value > _value(c["gt"]) if "gt" in c else value < _value(c["lt"])
-            return 0.0 if ok else math.inf
-        return abs(_value(c) - value) / abs(value)
+            target = lo if value < lo else hi
+        else:
+            target = _value(c)
+        if value == 0:
+            return 0.0 if target == 0 else math.inf
+        return abs(target - value) / abs(value)
 
     def judged(self, value: float) -> str:
-        """Return the verdict the recomputed value implies under this claim's tolerances."""
+        """Return the verdict the recomputed value implies under the rule."""
         err = self.error(value)
-        if err <= self.tolerance:
-            return "holds"
-        return "imprecise" if err <= self.wrong_above else "wrong"
+        if self.kind == "count" and err > 0:
+            return "wrong"  # a count is right or wrong, however close
+        return rule_verdict(err)
+
+    @property
+    def changed(self) -> bool:
+        """Whether the re-judging changed this claim's verdict or gloss, or added the claim."""
+        return bool(self.previous_verdict or self.previous_gloss)
 
     def show(self, value: float | None) -> str:
         """Format a value in the claim's unit."""
@@ -309,9 +426,13 @@ class Claim:
         c = self.claimed
         if c is None:
             return "—"
-        if isinstance(c, dict) and ("min" in c or "max" in c):
-            return f"{c.get('min', '')}–{c.get('max', '')}"
-        if isinstance(c, dict):
+        if _is_range(c):
+            if "max" not in c:
+                return f"at least {c['min']}"
+            if "min" not in c:
+                return f"at most {c['max']}"
+            return f"{c['min']}–{c['max']}"
+        if _is_order(c):
             return ", ".join(f"{'>' if k == 'gt' else '<'} {v}" for k, v in c.items())
         return str(c)
 
@@ -333,6 +454,11 @@ def omitted() -> tuple[dict, ...]:
 def sections() -> list[str]:
     """Return the article's sections in the order the claims appear."""
     return list(dict.fromkeys(c.section for c in load_claims()))
+
+
+def changed() -> tuple[Claim, ...]:
+    """Return the claims whose verdict or gloss the re-judging changed, and the claims it added."""
+    return tuple(c for c in load_claims() if c.changed)
 
 
 def summary() -> dict[str, int]:
