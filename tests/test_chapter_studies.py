@@ -28,6 +28,19 @@ def predictions():
 
 
 @pytest.fixture(scope="module")
+def rtx_predictions():
+    return engines_compared.engine_predictions("rtx-3070-ti-desktop", "llama-3.1-8b", 32_000, 128)
+
+
+# an 8 GiB card cut to 1 GiB: no engine's setup fits it
+TINY_GPU = {
+    "base": "rtx-3070-ti-desktop",
+    "id": "tiny-gpu",
+    "gpu": {"base": "rtx-3070-ti", "memory": "1 GiB"},
+}
+
+
+@pytest.fixture(scope="module")
 def results():
     return validation.run()
 
@@ -43,11 +56,40 @@ def test_every_engine_setup_is_predicted_in_order(predictions):
 
 def test_fastest_is_the_shortest_predicted_step(predictions):
     best = engines_compared.fastest(predictions)
-    assert best.tpot_ms == predictions["TPOT (ms)"].min()
+    # on an 80 GB card the shortest step of all fits, so it is the one named
+    assert best.tpot_ms == predictions["TPOT (ms)"].min() and not best.faster_unfit
     assert predictions.loc[predictions["TPOT (ms)"].idxmin(), "engine"] == best.engine
     # at a 32,000-token prompt FlexGen's prefill holds the whole score matrix, 32 heads x 32k^2 x 2 B
     # = 65 GB per sequence, beyond 80% of an 80 GB GPU (its cost model's limit): it is refused
     assert "found no policy" in best.flexgen_policy and "GiB" in best.flexgen_policy
+
+
+def test_on_an_8_gib_card_the_fastest_named_is_the_fastest_that_fits(rtx_predictions):
+    best = engines_compared.fastest(rtx_predictions)
+    rows = rtx_predictions.set_index("engine")
+    fitting = rtx_predictions[rtx_predictions["fits"]].dropna(subset=["TPOT (ms)"])
+    assert best.engine is not None and bool(rows.loc[best.engine, "fits"])
+    assert best.tpot_ms == fitting["TPOT (ms)"].min()
+    # the pick, every layer on the GPU at ~25 ms, is faster but needs more than 8 GiB
+    assert rtx_predictions["TPOT (ms)"].min() < best.tpot_ms
+    passed = dict(best.faster_unfit)
+    assert "llama.cpp, all layers on the GPU" in passed
+    assert set(passed) == set(rows.index[~rows["fits"] & (rows["TPOT (ms)"] < best.tpot_ms)])
+    assert f"`{best.engine}`" in best.sentence() and "do not fit" in best.sentence()
+    assert best.engine in best.takeaway()
+
+
+def test_a_gpu_too_small_for_every_engine_names_no_fastest():
+    frame = engines_compared.engine_predictions(TINY_GPU, "llama-3.1-8b", 32_000, 128)
+    assert frame["TPOT (ms)"].notna().any() and not frame["fits"].any()
+    best = engines_compared.fastest(frame)
+    assert best.engine is None and np.isnan(best.tpot_ms)
+    assert best.sentence().startswith("No engine's setup fits this machine")
+    assert best.takeaway().startswith("no engine's setup fits")
+    # llama.cpp's layer split: from some layer count on the settings no longer fit, and it says so
+    split = engines_compared.layer_split(engines_compared.ngl_frame(TINY_GPU, "llama-3.1-8b"))
+    assert not split.all_fit and split.first_unfit is not None
+    assert f"From {split.first_unfit} layers" in split.fit_sentence()
 
 
 def test_llamacpp_half_and_half_is_near_the_harmonic_mean_of_the_ends():
@@ -58,6 +100,7 @@ def test_llamacpp_half_and_half_is_near_the_harmonic_mean_of_the_ends():
     assert split.harmonic_mean < split.arithmetic_mean
     assert abs(split.half - split.harmonic_mean) < abs(split.half - split.arithmetic_mean)
     assert split.all_fit == bool(ngl["fits"].all())
+    assert split.first_unfit is None and split.fit_sentence() == "Every setting fits this machine."
 
 
 def test_infllm_moves_a_bounded_number_of_bytes_while_full_offload_grows():

@@ -205,9 +205,15 @@ def test_spilling_when_hbm_fills_makes_one_knee_not_a_staircase():
     assert after.mean() > 20 * before.mean()
 
 
-def test_interactive_formula_agrees_with_the_model():
+@pytest.mark.parametrize("streamed", [False, True])
+def test_interactive_formula_agrees_with_the_model(streamed):
     setup = offloaded(A100)
+    if streamed:  # weights that do not fit an 8 GiB card: the rest cross the link every step
+        rtx = load_system("rtx-3070-ti-desktop")
+        setup = decode.spill_weights(offloaded(rtx, load_model("llama-3.1-8b")), 32_000)
+        assert 0 < setup.placement.weights.gpu < 1
     c = tpot_formula.interactive_constants(setup)
+    assert (c["weights_link_bytes"] > 0) == streamed
     ctx = np.array([1000, 32_000, 128_000])
     frame = tpot_formula.interactive_frame(setup, ctx)
     for batch in (1, 8):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from kvoffload.model import decode, kv
+from kvoffload.model import capacity, decode, kv
 from kvoffload.spec.hardware import load_system
 from kvoffload.spec.models import load_model
 from kvoffload.studies import article_figures, decode_budget, decode_step, decode_sweeps
@@ -14,6 +16,93 @@ A100 = load_system("a100-80gb-sxm-pcie4")
 ARTICLE = load_system("article-reference")
 LLAMA = load_model("llama-3-8b")
 OFFLOAD = decode.offloaded(A100, LLAMA)
+# the issue's machine: 16 GB of bf16 Llama-3.1-8B weights against an 8 GiB card
+RTX = load_system("rtx-3070-ti-desktop")
+LLAMA31 = load_model("llama-3.1-8b")
+# a card too small to stage even one layer's weights: nothing fits, whatever the placement
+TINY = load_system(
+    {
+        "base": "rtx-3070-ti-desktop",
+        "id": "tiny-gpu",
+        "gpu": {"base": "rtx-3070-ti", "memory": "256 MiB"},
+    }
+)
+
+
+def _fits(setup, context, batch=1, overlap=None):
+    st = setup.with_overlap(overlap) if overlap else setup
+    mem = decode.memory(st, context, batch)
+    return bool(np.all(capacity.fits(setup.system, mem.gpu, mem.cpu, mem.disk)))
+
+
+def _with_gpu_share(setup, gpu):
+    return replace(setup, placement=replace(setup.placement, weights=decode.Split(gpu, 1 - gpu, 0)))
+
+
+def test_weights_that_overflow_the_gpu_are_placed_so_the_step_fits():
+    bare = decode.offloaded(RTX, LLAMA31)
+    assert not _fits(bare, 32_000)  # what chapter 03 used to time without saying so
+    placed = decode_step.place(bare, 32_000)
+    assert placed.fits and 0.3 < placed.gpu_share < 0.6
+    for mode in decode.OVERLAP_MODES:  # fits however the streams overlap
+        assert _fits(placed.setup, 32_000, overlap=mode)
+    # the most that fits: one percent more of the weights on the GPU does not
+    assert not _fits(
+        _with_gpu_share(placed.setup, placed.gpu_share + 0.01), 32_000, overlap="pipeline"
+    )
+    # the rest is timed, not assumed away: it crosses the link in every step
+    streamed = decode.step_weight_bytes(LLAMA31, placed.setup.weights) * (1 - placed.gpu_share)
+    assert placed.streamed_bytes == pytest.approx(streamed)
+    extra = float(
+        decode.step(placed.setup, 32_000).streams["h2d"] - decode.step(bare, 32_000).streams["h2d"]
+    )
+    assert extra == pytest.approx(streamed / RTX.copy_rate("h2d"), rel=0.05)
+    assert (
+        "do not fit" in placed.sentence() and f"{100 * placed.gpu_share:.0f}%" in placed.sentence()
+    )
+    # where the weights fit, nothing moves and the page says they stay
+    a100 = decode_step.place(OFFLOAD, 32_000)
+    assert a100.setup == OFFLOAD and a100.fits and a100.streamed_bytes == 0
+    assert "stay there" in a100.sentence() and a100.weights_phrase == "every weight on the GPU"
+
+
+def test_a_gpu_too_small_for_any_placement_is_said_not_to_fit():
+    placed = decode_step.place(decode.offloaded(TINY, LLAMA31), 32_000)
+    assert not placed.fits and placed.gpu_share == 0
+    assert "GPU memory needs" in placed.shortfall
+    assert "does not fit" in placed.sentence() and "does not fit" in placed.weights_phrase
+    # however long the budget, no context fits: none is named
+    lim = decode_budget.budget_contexts(placed.setup, 100.0, [1, 4])
+    assert lim.no_overlap.tolist() == [0, 0] and lim.perfect_overlap.tolist() == [0, 0]
+    assert lim.sentence(100_000).startswith("On this profile no context")
+    assert lim.first() == "no context at all, even for one request"
+
+
+def test_on_the_8_gib_card_no_context_meets_the_budget_and_the_page_says_so():
+    placed = decode_step.place(decode.offloaded(RTX, LLAMA31), 32_000)
+    lim = decode_budget.budget_contexts(placed.setup, 0.05, [1, 4, 16])
+    assert not lim.perfect_overlap.any()
+    assert lim.floor_ms > 50  # the streamed weights alone outlast the budget
+    assert f"{lim.floor_ms:.1f} ms" in lim.sentence(50)
+    h = decode_step.hiding(placed.setup, 32_000)
+    assert h.hidden_tokens == 0 and h.layer_weights_ms > h.layer_gpu_ms
+    assert "no cache hides" in h.sentence(32_000)
+    assert decode_step.anatomy(placed.setup, 32_000).layer_streamed_bytes > 0
+
+
+def test_the_longest_context_within_budget_is_also_the_longest_that_fits():
+    # 1 GB of host memory holds ~7,600 tokens of cache; the 50 ms budget alone allows ~10,000
+    small = load_system(
+        {
+            "base": "article-reference",
+            "id": "small-host",
+            "host": {"base": "article-ddr5", "memory": "1 GB"},
+        }
+    )
+    setup = decode.offloaded(small, LLAMA)
+    n = int(decode_budget.budget_contexts(setup, 0.05, [1]).no_overlap[0])
+    assert 0 < n < int(decode.max_context(setup, 0.05, 1))
+    assert _fits(setup, n) and not _fits(setup, n + 1)
 
 
 def test_anatomy_counts_one_layers_cache_per_request_and_the_steps_streams():
@@ -62,8 +151,25 @@ def test_budget_contexts_are_exact_limits_and_overlap_only_lengthens_them():
     assert frame["longest context, no overlap"].tolist() == lim.no_overlap.tolist()
 
 
+def test_budget_table_places_the_weights_per_row_and_says_whether_each_fits():
+    table = decode_budget.budget_table(ARTICLE, RTX, LLAMA31)
+    assert table["fits, this profile"].all() and table["fits, article's figures"].all()
+    share = table["weights on the GPU, this profile (%)"]
+    assert (share < 60).all() and share.iloc[-1] <= share.iloc[0]  # longer caches, bigger buffers
+    bare = decode.offloaded(RTX, LLAMA31)
+    for (_, row), n in zip(table.iterrows(), [8_000, 32_000, 128_000], strict=True):
+        assert not _fits(bare, n)  # the weights alone overflow the card
+        placed = _with_gpu_share(bare, row["weights on the GPU, this profile (%)"] / 100)
+        assert row["TPOT, this profile (ms)"] == pytest.approx(
+            float(decode.step(placed, n).total) * 1e3
+        )
+    tiny = decode_budget.budget_table(ARTICLE, TINY, LLAMA31)
+    assert not tiny["fits, this profile"].any() and tiny["fits, article's figures"].all()
+
+
 def test_budget_table_sets_the_articles_rows_beside_the_step_model():
     table = decode_budget.budget_table(ARTICLE, A100, LLAMA)
+    assert (table["weights on the GPU, this profile (%)"] == 100).all()
     assert len(table) == len(article_figures.tpot_bound_rows())
     # on the article's own figures, its bound is the link time
     assert np.allclose(table["link time, article's figures (ms)"], table["article (ms)"], rtol=0.1)
@@ -86,6 +192,25 @@ def test_spill_slopes_grow_after_the_gpu_fills():
     )
 
 
+def test_on_a_full_gpu_the_cache_spills_from_the_first_request_and_unfit_batches_are_marked():
+    placed = decode_step.place(decode.offloaded(RTX, LLAMA31), 32_000).setup
+    batches = np.arange(1, 65)
+    s = decode_sweeps.spill_slopes(placed, 32_000, batches)
+    assert s.full_from_start and s.slope_before_ms == 0 and s.slope_after_ms > 0
+    assert "full from the first request" in s.knee() and "no room" in s.sentence()
+    frame = decode_sweeps.batch_frame(placed, 32_000, batches)
+    for _, rows in frame.groupby("placement"):
+        fits = rows["fits"].to_numpy()
+        assert fits[0] and not fits[-1]  # one request fits; 64 caches of 4 GB do not
+    both = frame.groupby("batch")["fits"].all()
+    assert (
+        s.last_fit == int(both[both].index.max()) and f"batch {s.last_fit + 1} on" in s.sentence()
+    )
+    for b in (s.last_fit, s.last_fit + 1):  # the marks come from the one fit check
+        both = decode_sweeps.placements(placed, 32_000, np.array([b]))
+        assert all(_fits(st, 32_000, b) for st in both) == (b == s.last_fit)
+
+
 def test_spill_slopes_without_a_spill_have_no_slope_after():
     batches = np.arange(1, 9)
     s = decode_sweeps.spill_slopes(OFFLOAD, 1_000, batches)
@@ -96,6 +221,8 @@ def test_sweep_frames_cover_every_mode_stream_and_placement():
     contexts = np.array([1_000, 32_000, 128_000])
     over = decode_sweeps.overlap_frame(OFFLOAD, contexts)
     assert set(over["overlap"]) == set(decode.OVERLAP_MODES) and len(over) == 4 * len(contexts)
+    assert over["fits"].all()  # 128,000 tokens of cache fit the A100's host memory
+    assert not decode_sweeps.overlap_frame(OFFLOAD, [5_000_000])["fits"].any()
     layer = decode_sweeps.layer_frame(OFFLOAD, contexts).pivot(
         index="context", columns="stream", values="ms"
     )

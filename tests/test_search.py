@@ -111,3 +111,11 @@ def test_knee_context_is_where_the_copy_starts_to_outlast_the_gpu():
     s = int(decode.knee_context(setup, 1))
     below, above = decode.step(setup, s, 1).streams, decode.step(setup, s + 1, 1).streams
     assert below["h2d"] <= below["gpu"] and above["h2d"] > above["gpu"]
+
+
+def test_largest_true_linear_finds_the_threshold_from_below():
+    from kvoffload.model.search import largest_true_linear
+
+    x = largest_true_linear(lambda v: v <= 0.3, 0.0, 1.0, iters=40)
+    assert 0.3 - 1e-9 < x <= 0.3
+    assert largest_true_linear(lambda v: v <= 2.0, 0.0, 1.0) == 1.0

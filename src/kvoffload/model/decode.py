@@ -18,7 +18,7 @@ from numpy.typing import ArrayLike
 
 from kvoffload.model import capacity, cpu_rate, kv, tensor_groups, working_memory
 from kvoffload.model.routing import Routing, touched_share
-from kvoffload.model.search import largest_true
+from kvoffload.model.search import largest_true, largest_true_linear
 from kvoffload.model.transfer import link_time
 from kvoffload.spec.hardware import System
 from kvoffload.spec.models import Model
@@ -578,7 +578,9 @@ def memory(setup: Setup, context: ArrayLike, batch: ArrayLike = 1) -> Memory:
     kvb = lay.kv_per_token * _kv_token_bytes(setup.cache_model, setup.kv)
     weights_staged = weight_traffic(setup, lay, np.ones(1)).moved  # streamed modules, per layer
     staged = weights_staged + (
-        b * np.minimum(s, lay.window) * kvb * p.kv.off if p.attention == "gpu" else 0.0
+        b * np.minimum(s, lay.window) * kvb * np.asarray(p.kv.off, dtype=np.float64)[..., None]
+        if p.attention == "gpu"
+        else 0.0
     )
     buffers = 1 if p.overlap == "none" else 2  # overlap needs the next layer's buffer too
     working = working_memory.prefill_working_bytes(
@@ -612,13 +614,19 @@ def hidden_tokens(setup: Setup, context: ArrayLike, batch: ArrayLike = 1) -> np.
 
     Transfer hides behind compute when the next layer's copy takes no longer than this layer's
     GPU time: tokens x batch x KV bytes per token and layer / link rate <= GPU time of a layer.
+    Weights streamed from the host take the link first, so their copy comes off that time.
     """
     sysm = setup.system
     on_gpu = replace(setup, placement=Placement())
     gpu = stream_times(on_gpu, context, batch)["gpu"][..., 0]
     rate = sysm.copy_rate("h2d", pinned=setup.placement.pinned)
-    per_token = np.asarray(batch, dtype=np.float64) * _kv_token_bytes(setup.cache_model, setup.kv)
-    return np.floor(gpu * rate / per_token)
+    b = np.asarray(batch, dtype=np.float64)
+    moved = weight_traffic(setup, layers(setup.model, setup.weights), b[..., None]).moved[..., 0]
+    weights_in = np.where(
+        moved > 0, link_time(sysm, moved, "h2d", pinned=setup.placement.pinned), 0
+    )
+    per_token = b * _kv_token_bytes(setup.cache_model, setup.kv)
+    return np.floor(np.maximum(gpu - weights_in, 0.0) * rate / per_token)
 
 
 def max_context(
@@ -666,11 +674,38 @@ def spill(setup: Setup, context: ArrayLike, batch: ArrayLike = 1) -> Setup:
     """
     p = setup.placement
     kv_total = _kv_total(setup, context, batch)
-    weights = resident_weight_bytes(setup.model, setup.weights) * p.weights.gpu
-    free = setup.system.gpu_memory - weights
-    # the streamed layer needs a staging buffer as large as one layer's share of the cache
-    per_layer = kv_total / max(setup.model.n_layers, 1)
-    buffers = 1 if p.overlap == "none" else 2
-    on_gpu = np.clip((free - buffers * per_layer) / np.maximum(kv_total, 1.0), 0.0, 1.0)
-    split = Split(on_gpu, 1.0 - on_gpu, 0.0)
-    return replace(setup, placement=Placement(p.weights, split, p.attention, p.overlap, p.pinned))
+    # what the GPU holds with every KV byte off it: its weights and the staging buffers, sized
+    # for the whole cache streaming (streamed weights and the prefill's working set included)
+    held = memory(replace(setup, placement=replace(p, kv=Split(0.0, 1.0, 0.0))), context, batch)
+    free = setup.system.gpu_memory - held.gpu
+    on_gpu = np.clip(free / np.maximum(kv_total, 1.0), 0.0, 1.0)
+    return replace(setup, placement=replace(p, kv=Split(on_gpu, 1.0 - on_gpu, 0.0)))
+
+
+def spill_weights(setup: Setup, context: float, batch: float = 1, *, iters: int = 40) -> Setup:
+    """Return the setup with as much of its GPU weight share kept as fits GPU memory, the rest on the host.
+
+    What an engine does when the weights overflow the GPU (vLLM's ``cpu_offload_gb``, Accelerate's
+    device map): the share moved to host memory crosses the link in every step. GPU memory is
+    checked with a second staging buffer, so the placement fits in every overlap mode. Unchanged
+    when the weights fit; with no weight on the GPU when not even that fits (the caller checks
+    ``capacity.fits`` and says so). Host memory is not a reason to keep weights on the GPU.
+    """
+    p = setup.placement
+    if p.groups:
+        raise ValueError("spill_weights moves whole-model weight shares, not tensor groups")
+    w = p.weights
+
+    def at(gpu: float) -> Setup:
+        return replace(setup, placement=replace(p, weights=Split(gpu, w.cpu + w.gpu - gpu, w.disk)))
+
+    def gpu_fits(gpu: float) -> bool:
+        mem = memory(at(gpu).with_overlap("pipeline"), context, batch)
+        return bool(np.all(capacity.within(mem.gpu, setup.system.gpu_memory)))
+
+    if gpu_fits(w.gpu):
+        return setup
+    if not gpu_fits(0.0):
+        return at(0.0)
+    # GPU memory grows with the share kept: the largest fitting share
+    return at(largest_true_linear(gpu_fits, 0.0, w.gpu, iters))

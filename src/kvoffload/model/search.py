@@ -48,3 +48,20 @@ def smallest_true_log(
         else:
             lo = mid
     return hi
+
+
+def largest_true_linear(
+    pred: Callable[[float], bool], lo: float, hi: float, iters: int = 40
+) -> float:
+    """Return the largest x in [``lo``, ``hi``] with ``pred(x)``, bisected linearly.
+
+    ``pred`` must be monotone (true up to some x, false above it) and hold at ``lo``, which the
+    caller checks; ``hi`` is returned when it holds there. After ``iters`` halvings the result is
+    within (hi - lo) / 2**iters below the true threshold, and ``pred`` holds at it.
+    """
+    if pred(hi):
+        return hi
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if pred(mid) else (lo, mid)
+    return lo

@@ -15,24 +15,27 @@ RESOURCE_ORDER = ["disk_read", "h2d", "cpu", "gpu", "d2h", "disk_write"]
 def overlap_chart(frame: pd.DataFrame, budget_ms: float = 50.0) -> alt.LayerChart:
     """Chart TPOT against context for each overlap mode, with the TPOT budget as a rule.
 
-    ``frame`` is ``studies.decode_sweeps.overlap_frame``: overlap, context, tpot_ms.
+    ``frame`` is ``studies.decode_sweeps.overlap_frame``: overlap, context, tpot_ms, fits; points
+    mark the contexts that fit the machine.
     """
-    lines = (
-        alt.Chart(frame)
-        .mark_line(point=alt.OverlayMarkDef(size=12))
-        .encode(
-            x=log_axis("context", "context (tokens)"),
-            y=alt.Y("tpot_ms:Q", scale=alt.Scale(type="log"), title="time per output token (ms)"),
-            color=alt.Color("overlap:N", title="overlap", sort=list(OVERLAP_MODES)),
-            strokeDash=alt.StrokeDash("overlap:N", sort=list(OVERLAP_MODES), legend=None),
-            tooltip=[
-                "overlap:N",
-                alt.Tooltip("context:Q", format=","),
-                alt.Tooltip("tpot_ms:Q", title="TPOT (ms)", format=".4g"),
-            ],
-        )
+    tooltip = [
+        "overlap:N",
+        alt.Tooltip("context:Q", format=","),
+        alt.Tooltip("tpot_ms:Q", title="TPOT (ms)", format=".4g"),
+    ]
+    if "fits" in frame:
+        tooltip.append(alt.Tooltip("fits:N", title="fits this machine"))
+    base = alt.Chart(frame).encode(
+        x=log_axis("context", "context (tokens)"),
+        y=alt.Y("tpot_ms:Q", scale=alt.Scale(type="log"), title="time per output token (ms)"),
+        color=alt.Color("overlap:N", title="overlap", sort=list(OVERLAP_MODES)),
+        tooltip=tooltip,
     )
-    return alt.layer(lines, budget_rule(budget_ms))
+    lines = base.mark_line().encode(
+        strokeDash=alt.StrokeDash("overlap:N", sort=list(OVERLAP_MODES), legend=None)
+    )
+    held = base.transform_filter("datum.fits") if "fits" in frame else base
+    return alt.layer(lines, held.mark_point(size=12, filled=True), budget_rule(budget_ms))
 
 
 def layer_chart(frame: pd.DataFrame) -> alt.Chart:
@@ -59,23 +62,23 @@ def layer_chart(frame: pd.DataFrame) -> alt.Chart:
 def batch_chart(frame: pd.DataFrame, budget_ms: float = 50.0) -> alt.LayerChart:
     """Chart TPOT against batch size for the two placements.
 
-    ``frame`` is ``studies.decode_sweeps.batch_frame``: placement, batch, tpot_ms.
+    ``frame`` is ``studies.decode_sweeps.batch_frame``: placement, batch, tpot_ms, fits; points
+    mark the batches that fit the machine.
     """
-    lines = (
-        alt.Chart(frame)
-        .mark_line(point=alt.OverlayMarkDef(size=12))
-        .encode(
-            x=alt.X("batch:Q", title="batch (requests)"),
-            y=alt.Y("tpot_ms:Q", scale=alt.Scale(type="log"), title="time per output token (ms)"),
-            color=alt.Color("placement:N", title=None, legend=alt.Legend(orient="bottom")),
-            tooltip=[
-                "placement:N",
-                "batch:Q",
-                alt.Tooltip("tpot_ms:Q", title="TPOT (ms)", format=".4g"),
-            ],
-        )
+    tooltip = ["placement:N", "batch:Q", alt.Tooltip("tpot_ms:Q", title="TPOT (ms)", format=".4g")]
+    if "fits" in frame:
+        tooltip.append(alt.Tooltip("fits:N", title="fits this machine"))
+    base = alt.Chart(frame).encode(
+        x=alt.X("batch:Q", title="batch (requests)"),
+        y=alt.Y("tpot_ms:Q", scale=alt.Scale(type="log"), title="time per output token (ms)"),
+        color=alt.Color("placement:N", title=None, legend=alt.Legend(orient="bottom")),
+        tooltip=tooltip,
     )
-    return alt.layer(lines, budget_rule(budget_ms))
+    # points only where the machine holds the batch: the rest of each line only traces the model
+    held = base.transform_filter("datum.fits") if "fits" in frame else base
+    return alt.layer(
+        base.mark_line(), held.mark_point(size=12, filled=True), budget_rule(budget_ms)
+    )
 
 
 def events_frame(events: list[Event]) -> pd.DataFrame:
@@ -124,7 +127,8 @@ def interactive_tpot_chart(
 ) -> alt.LayerChart:
     """Chart TPOT against context with sliders for link bandwidth, batch and a marked context.
 
-    All KV in host memory, attention on the GPU; the browser evaluates the whole-model roofline
+    All KV in host memory, attention on the GPU, any host-resident weights streamed over the link
+    in every step; the browser evaluates the whole-model roofline
     that ``studies.tpot_formula.tpot_formula`` writes in Python, from ``constants``
     (``interactive_constants``) and the per-context ``frame`` (``interactive_frame``).
     """
@@ -145,7 +149,7 @@ def interactive_tpot_chart(
         ),
     )
     gpu = f"max({c['weights_bytes']!r} / {c['hbm_bps']!r} + batch * datum.kv_bytes / {c['attn_bps']!r}, batch * ({c['dense_flops']!r} + datum.attn_flops) / {c['peak_flops']!r})"
-    xfer = f"batch * datum.kv_bytes / (link_gbps * 1e9) + {c['latency_s']!r}"
+    xfer = f"({c.get('weights_link_bytes', 0.0)!r} + batch * datum.kv_bytes) / (link_gbps * 1e9) + {c['latency_s']!r}"
     base = (
         alt.Chart(frame)
         .transform_calculate(gpu_s=gpu, link_s=xfer)

@@ -19,9 +19,16 @@ def engine_time_chart(predictions: pd.DataFrame) -> alt.Chart:
     """Chart each engine's busy time per step by resource (stacked), for one workload.
 
     ``predictions`` is ``studies.engines_compared.engine_predictions``; engines that could not be
-    predicted are left out.
+    predicted are left out, and those that do not fit the machine say so in their label.
     """
     data = predictions.dropna(subset=["TPOT (ms)"]) if "TPOT (ms)" in predictions else predictions
+    if "fits" in data:
+        data = data.assign(
+            engine=[
+                e if f else f"{e} (does not fit)"
+                for e, f in zip(data["engine"], data["fits"], strict=True)
+            ]
+        )
     long = data.melt(
         id_vars=["engine"], value_vars=list(RESOURCE_COLUMNS), var_name="resource", value_name="ms"
     )

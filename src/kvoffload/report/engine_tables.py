@@ -10,8 +10,13 @@ MEMORY_COLUMNS = {"gpu_bytes": "GPU memory", "cpu_bytes": "host memory"}
 
 
 def engine_table(predictions: pd.DataFrame) -> pd.DataFrame:
-    """Return the engines' predictions with memory formatted for the page (``engine_predictions``)."""
+    """Return the engines' predictions with memory formatted for the page (``engine_predictions``).
+
+    ``fits`` comes right after the engine, so a faster row that was not chosen says why.
+    """
     out = predictions.rename(columns=MEMORY_COLUMNS)
+    if "fits" in out:
+        out = out[["engine", "fits", *(c for c in out.columns if c not in ("engine", "fits"))]]
     for col in MEMORY_COLUMNS.values():
         if col in out:
             out[col] = [v if pd.isna(v) else format_bytes(v) for v in out[col]]

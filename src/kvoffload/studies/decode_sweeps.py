@@ -2,24 +2,31 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from kvoffload.model import decode
+from kvoffload.model import capacity, decode
 
 
 def overlap_frame(setup: decode.Setup, contexts: ArrayLike, batch: int = 1) -> pd.DataFrame:
-    """Return TPOT (ms) against context for every overlap mode, one vectorised call per mode."""
+    """Return TPOT (ms) against context for every overlap mode, one vectorised call per mode.
+
+    ``fits`` says whether the machine holds the step at that context (its buffers per mode).
+    """
     contexts = np.asarray(contexts)
     rows = []
     for mode in decode.OVERLAP_MODES:
         t = decode.step(setup, contexts, batch, mode).total * 1e3
+        mem = decode.memory(setup.with_overlap(mode), contexts, batch)
+        fits = np.broadcast_to(
+            capacity.fits(setup.system, mem.gpu, mem.cpu, mem.disk), contexts.shape
+        )
         rows += [
-            {"overlap": mode, "context": int(c), "tpot_ms": float(v)}
-            for c, v in zip(contexts, t, strict=True)
+            {"overlap": mode, "context": int(c), "tpot_ms": float(v), "fits": bool(f)}
+            for c, v, f in zip(contexts, t, fits, strict=True)
         ]
     return pd.DataFrame(rows)
 
@@ -28,8 +35,11 @@ def layer_frame(setup: decode.Setup, contexts: ArrayLike, batch: int = 1) -> pd.
     """Return one full-attention layer's GPU time and link time (ms) against context."""
     contexts = np.asarray(contexts)
     per = decode.stream_times(setup, contexts, batch)
+    copy = "host→GPU copy of its KV"
+    if setup.placement.weights.off > 0:
+        copy += " and streamed weights"
     rows = []
-    for name, key in (("GPU work of the layer", "gpu"), ("host→GPU copy of its KV", "h2d")):
+    for name, key in (("GPU work of the layer", "gpu"), (copy, "h2d")):
         for c, v in zip(contexts, per[key][..., 0], strict=True):
             rows.append({"stream": name, "context": int(c), "ms": float(v) * 1e3})
     return pd.DataFrame(rows)
@@ -39,25 +49,23 @@ def placements(
     setup: decode.Setup, context: int, batches: ArrayLike
 ) -> tuple[decode.Setup, decode.Setup]:
     """Return two placements over ``batches``: all KV in host memory, and KV spilled when HBM fills."""
-    offloaded = decode.Setup(
-        setup.system,
-        setup.model,
-        setup.weights,
-        setup.kv,
-        decode.Placement(kv=decode.Split(0, 1, 0), overlap=setup.placement.overlap),
-    )
-    resident = decode.Setup(
-        setup.system,
-        setup.model,
-        setup.weights,
-        setup.kv,
-        decode.Placement(overlap=setup.placement.overlap),
-    )
+    p = setup.placement  # the weights stay where the setup put them
+    offloaded = replace(setup, placement=replace(p, kv=decode.Split(0, 1, 0)))
+    resident = replace(setup, placement=replace(p, kv=decode.Split()))
     return offloaded, decode.spill(resident, context, batches)
 
 
+def _fits(setup: decode.Setup, context: int, batches: np.ndarray) -> np.ndarray:
+    """Return, per batch, whether the setup fits every tier of its machine."""
+    mem = decode.memory(setup, context, batches)
+    return np.broadcast_to(capacity.fits(setup.system, mem.gpu, mem.cpu, mem.disk), batches.shape)
+
+
 def batch_frame(setup: decode.Setup, context: int, batches: ArrayLike) -> pd.DataFrame:
-    """Return TPOT (ms) against batch: all KV offloaded, and KV spilled only when HBM is full."""
+    """Return TPOT (ms) against batch: all KV offloaded, and KV spilled only when HBM is full.
+
+    ``fits`` says whether the machine holds that batch (GPU memory, host memory, disk).
+    """
     batches = np.asarray(batches)
     offloaded, spilled = placements(setup, context, batches)
     rows = []
@@ -66,9 +74,10 @@ def batch_frame(setup: decode.Setup, context: int, batches: ArrayLike) -> pd.Dat
         ("KV on the GPU until it is full", spilled),
     ):
         t = decode.step(st, context, batches).total * 1e3
+        fits = _fits(st, context, batches)
         rows += [
-            {"placement": name, "batch": int(b), "tpot_ms": float(v)}
-            for b, v in zip(batches, t, strict=True)
+            {"placement": name, "batch": int(b), "tpot_ms": float(v), "fits": bool(f)}
+            for b, v, f in zip(batches, t, fits, strict=True)
         ]
     return pd.DataFrame(rows)
 
@@ -82,6 +91,58 @@ class SpillSlopes:
     slope_before_ms: float  # KV on the GPU, before it fills (0 when it is full from the start)
     slope_after_ms: float  # KV spilled, after the GPU fills (0 when it never fills)
     spill_max_ms: float  # TPOT at the largest batch, spilled
+    first_batch: int = 1  # the smallest batch of the sweep
+    last_fit: int = 0  # the largest batch up to which the machine holds both placements (0: none)
+    last_batch: int = 0  # the largest batch of the sweep
+
+    @property
+    def full_from_start(self) -> bool:
+        """Return whether GPU memory holds no whole cache beside the weights from the first batch."""
+        return self.full_at == self.first_batch and self.slope_before_ms == 0
+
+    def knee(self) -> str:
+        """Return, in words, where GPU memory fills ("batch 17 here", ...)."""
+        if self.full_from_start:
+            return "here GPU memory is full from the first request"
+        if self.slope_after_ms == 0:
+            return f"here it does not fill up to batch {self.last_batch}"
+        return f"batch {self.full_at} here"
+
+    def sentence(self) -> str:
+        """Return, in words, how TPOT grows with the batch when the cache spills only on overflow."""
+        if self.full_from_start:
+            text = (
+                "Here GPU memory has no room for a whole cache beside the weights, so the second "
+                "placement spills from the first request and the two lines nearly meet: each "
+                f"request adds {self.slope_after_ms:.1f} ms because its cache crosses the link "
+                "every step."
+            )
+        elif self.slope_after_ms == 0:
+            text = (
+                f"With the second placement TPOT grows by {self.slope_before_ms:.2f} ms per "
+                "request (the GPU reads one more cache from its own memory), and GPU memory does "
+                f"not fill up to batch {self.last_batch}."
+            )
+        else:
+            text = (
+                f"With the second placement TPOT first grows by {self.slope_before_ms:.2f} ms per "
+                "request (the GPU reads one more cache from its own memory); once GPU memory is "
+                f"full, at batch {self.full_at}, each further request adds "
+                f"{self.slope_after_ms:.1f} ms because its whole cache now crosses the link "
+                "every step."
+            )
+        if not self.last_fit:
+            text += (
+                " This machine holds no batch with either placement, so no points are drawn: the "
+                "lines only trace the model."
+            )
+        elif self.last_fit < self.last_batch:
+            text += (
+                " Points are drawn only where this machine holds the batch: from batch "
+                f"{self.last_fit + 1} on, one placement or both do not fit its memory, and the "
+                "lines there only trace the model."
+            )
+        return text
 
 
 def spill_slopes(setup: decode.Setup, context: int, batches: ArrayLike) -> SpillSlopes:
@@ -93,7 +154,13 @@ def spill_slopes(setup: decode.Setup, context: int, batches: ArrayLike) -> Spill
     full = int(np.argmax(on_gpu < 1)) if np.any(on_gpu < 1) else last
     t_spill = decode.step(spilled, context, batches).total * 1e3
     t_all = decode.step(offloaded, context, batches).total * 1e3
+    fits = np.logical_and.accumulate(
+        _fits(spilled, context, batches) & _fits(offloaded, context, batches)
+    )
     return SpillSlopes(
+        first_batch=int(batches[0]),
+        last_batch=int(batches[-1]),
+        last_fit=int(batches[fits].max()) if np.any(fits) else 0,
         full_at=int(batches[full]),
         slope_all_ms=float(np.median(np.diff(t_all))),
         slope_before_ms=float(np.median(np.diff(t_spill[: full + 1]))) if full > 0 else 0.0,

@@ -31,7 +31,7 @@ ENGINE_SETUPS: dict[str, tuple[str, dict[str, Any] | str, dict | None, str]] = {
 
 
 def _scenario(
-    label: str, hardware: str, model: str, prompt: int, generate: int, batch: int
+    label: str, hardware: str | dict, model: str, prompt: int, generate: int, batch: int
 ) -> Scenario:
     """Return the scenario of one ``ENGINE_SETUPS`` row for the workload."""
     engine, options, placement, weights = ENGINE_SETUPS[label]
@@ -52,7 +52,7 @@ def _scenario(
 
 
 def engine_predictions(
-    hardware: str, model: str, prompt: int, generate: int, batch: int = 1
+    hardware: str | dict, model: str, prompt: int, generate: int, batch: int = 1
 ) -> pd.DataFrame:
     """Return each engine's prediction for one workload on one machine (fitting or not).
 
@@ -93,23 +93,85 @@ def engine_predictions(
 
 @dataclass(frozen=True)
 class Fastest:
-    """The engine with the shortest decode step, and what FlexGen's policy search chose."""
+    """The engine setup with the shortest decode step among those that fit, and FlexGen's policy."""
 
-    engine: str
-    tpot_ms: float
+    engine: str | None  # None: no setup fits this machine
+    tpot_ms: float  # nan when none fits
     flexgen_policy: str
+    # faster setups that do not fit, (label, TPOT ms), fastest first: why they were not chosen
+    faster_unfit: tuple[tuple[str, float], ...] = ()
+
+    def sentence(self) -> str:
+        """Return, as Markdown, which setup has the shortest step that fits, and what was passed over."""
+        if self.engine is None:
+            text = (
+                "No engine's setup fits this machine for this workload (see the fits and note "
+                "columns), so none is named the fastest."
+            )
+            if self.faster_unfit:
+                e, t = self.faster_unfit[0]
+                text += f" The shortest predicted step, `{e}` at {_ms(t)} ms, does not fit either."
+            return text
+        text = f"The shortest step that fits this machine is {_ms(self.tpot_ms)} ms, with `{self.engine}`."
+        if self.faster_unfit:
+            one = len(self.faster_unfit) == 1
+            unfit = _and_list([f"`{e}` ({_ms(t)} ms)" for e, t in self.faster_unfit])
+            text += (
+                f" {unfit} {'is' if one else 'are'} faster but {'does' if one else 'do'} not fit "
+                "(see the fits column)."
+            )
+        return text
+
+    def takeaway(self) -> str:
+        """Return the pick in one clause for the takeaways, as Markdown."""
+        if self.engine is None:
+            return "no engine's setup fits this workload, so none is named the fastest"
+        return (
+            f"the shortest step for this workload that fits is {_ms(self.tpot_ms)} ms, with "
+            f"`{self.engine}`"
+        )
+
+
+def _ms(t: float) -> str:
+    """Return milliseconds for prose: three figures, whole numbers from 1,000."""
+    return f"{t:,.0f}" if t >= 1000 else f"{t:.3g}"
+
+
+def _and_list(items: list[str]) -> str:
+    """Return items joined as prose: "a", "a and b", "a, b and c"."""
+    return " and ".join([", ".join(items[:-1]), items[-1]]) if len(items) > 1 else "".join(items)
 
 
 def fastest(predictions: pd.DataFrame) -> Fastest:
-    """Return the shortest step among the engines that were predicted, and FlexGen's policy."""
+    """Return the shortest step among the setups that were predicted and fit, and FlexGen's policy.
+
+    A setup that does not fit (``fits`` false) is never chosen, however fast; those faster than
+    the choice (or all, when none fits) are listed so the page can say why they were passed over.
+    """
     ok = predictions.dropna(subset=["TPOT (ms)"])
-    best = ok.loc[ok["TPOT (ms)"].idxmin()]
+    fit = ok[ok["fits"].astype(bool)]
     flex = predictions[predictions["engine"].str.startswith("FlexGen")].iloc[0]
-    return Fastest(str(best["engine"]), float(best["TPOT (ms)"]), str(flex["note"]))
+    policy = str(flex["note"])
+    if fit.empty:
+        best_engine, best_ms = None, float("nan")
+        faster = ok[~ok["fits"].astype(bool)]
+    else:
+        best = fit.loc[fit["TPOT (ms)"].idxmin()]
+        best_engine, best_ms = str(best["engine"]), float(best["TPOT (ms)"])
+        faster = ok[~ok["fits"].astype(bool) & (ok["TPOT (ms)"] < best_ms)]
+    faster = faster.sort_values("TPOT (ms)")
+    passed = tuple(
+        (str(e), float(t)) for e, t in zip(faster["engine"], faster["TPOT (ms)"], strict=True)
+    )
+    return Fastest(best_engine, best_ms, policy, passed)
 
 
 def ngl_frame(
-    hardware: str, model: str, weights: str = "q4_k_m", prompt: int = 512, generate: int = 128
+    hardware: str | dict,
+    model: str,
+    weights: str = "q4_k_m",
+    prompt: int = 512,
+    generate: int = 128,
 ) -> pd.DataFrame:
     """Return llama.cpp's decode tokens/s for every --n-gpu-layers value, with whether it fits."""
     n = load_model(model).n_layers
@@ -136,6 +198,23 @@ class LayerSplit:
     gpu_only: float
     half: float  # half the layers (counting the output layer) on the GPU
     all_fit: bool  # every setting fits the GPU's memory
+    first_unfit: int | None = None  # the fewest --n-gpu-layers that do not fit (None: all fit)
+
+    def fit_sentence(self) -> str:
+        """Return, in words, which settings fit the machine."""
+        if self.all_fit:
+            return "Every setting fits this machine."
+        if self.first_unfit == 0:
+            return (
+                "No setting fits this machine, not even every layer on the CPU, so none of these "
+                "rates can be had here; the curve only shows its shape."
+            )
+        return (
+            f"From {self.first_unfit} layer{'s' if self.first_unfit > 1 else ''} on the GPU the "
+            "settings do not fit this machine "
+            "(marked in the chart), so the all-GPU end is a rate this card cannot reach; the "
+            "bend is the same."
+        )
 
     @property
     def arithmetic_mean(self) -> float:
@@ -156,6 +235,7 @@ def layer_split(ngl: pd.DataFrame) -> LayerSplit:
         gpu_only=float(rate.iloc[-1]),
         half=float(rate.iloc[(len(ngl) - 1) // 2]),
         all_fit=bool(ngl["fits"].all()),
+        first_unfit=None if ngl["fits"].all() else int(ngl.loc[~ngl["fits"], "n_gpu_layers"].min()),
     )
 
 

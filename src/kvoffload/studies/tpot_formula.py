@@ -21,17 +21,25 @@ def interactive_frame(setup: decode.Setup, contexts: ArrayLike) -> pd.DataFrame:
 
 
 def interactive_constants(setup: decode.Setup) -> dict[str, float]:
-    """Return the profile's and model's constants for the in-browser formula (B, FLOPs, B/s, s)."""
+    """Return the profile's and model's constants for the in-browser formula (B, FLOPs, B/s, s).
+
+    ``weights_link_bytes`` are the weights the setup keeps in host memory: they cross the link in
+    every step, whatever the batch.
+    """
     sysm = setup.system
     lay = decode.layers(setup.model, setup.weights)
+    weights = decode.step_weight_bytes(setup.model, setup.weights)
+    streamed = weights * setup.placement.weights.off  # host-resident weights cross every step
+    transfers = setup.model.n_layers + (int(lay.count.sum()) if streamed else 0)
     return {
-        "weights_bytes": decode.step_weight_bytes(setup.model, setup.weights),
+        "weights_bytes": weights,
+        "weights_link_bytes": streamed,
         "dense_flops": float(lay.dense_flops @ lay.count),
         "hbm_bps": sysm.gpu.streaming_bandwidth,
         "attn_bps": sysm.gpu.attention_rate,
         "peak_flops": sysm.compute_rate,
         "link_gbps": sysm.copy_rate("h2d") / 1e9,
-        "latency_s": sysm.link.latency.value * setup.model.n_layers,
+        "latency_s": sysm.link.latency.value * transfers,
     }
 
 
@@ -48,5 +56,5 @@ def tpot_formula(
         c["weights_bytes"] / c["hbm_bps"] + batch * kv_bytes / c["attn_bps"],
         batch * (c["dense_flops"] + attn_flops) / c["peak_flops"],
     )
-    link = batch * kv_bytes / (link_gbps * 1e9) + c["latency_s"]
+    link = (c["weights_link_bytes"] + batch * kv_bytes) / (link_gbps * 1e9) + c["latency_s"]
     return 1e3 * (gpu + link if overlap == "none" else np.maximum(gpu, link))
