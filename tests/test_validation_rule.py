@@ -106,3 +106,25 @@ def test_the_rule_judges_refusals_and_factors_as_written():
     assert _factor(R(20.0)) == pytest.approx(2.0) and _factor(R(5.0)) == pytest.approx(2.0)
     assert _factor(R(31.0)) > CEILING
     assert _bar({"rests_on_assumed": ["host.flops"]}) == CEILING and _bar({}) == WITHIN
+
+
+def test_the_rule_never_changes_in_a_commit_that_changes_the_model():
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    if not (root / ".git").exists() or not shutil.which("git"):
+        pytest.skip("not a git checkout: the history cannot be read")
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, check=True
+        ).stdout
+
+    commits = git("log", "--format=%H", "--", "tests/test_validation_rule.py").split()
+    assert commits, "the rule file has no history"
+    for sha in commits:
+        touched = git("show", "--name-only", "--format=", sha).split()
+        model = [p for p in touched if p.startswith("src/")]
+        assert not model, f"commit {sha[:12]} changed the rule together with {model}"
