@@ -243,3 +243,21 @@ def test_pipeline_reads_the_disk_beside_the_link_copy():
     assert step < serial_load  # the two hops of a load overlap across layers
     slowest = float(np.maximum(per["disk_read"], per["h2d"]) @ lay.count)
     assert step >= slowest  # but neither resource is ever faster than its own work
+
+
+def test_each_kind_of_copy_pays_the_link_latency_once():
+    # weights streamed and cache offloaded: two copies host->GPU per layer, so two latencies
+    both = decode.Setup(
+        A100,
+        LLAMA,
+        placement=decode.Placement(weights=decode.Split(0.5, 0.5, 0), kv=decode.Split(0, 1, 0)),
+    )
+    cache_only = decode.Setup(A100, LLAMA, placement=decode.Placement(kv=decode.Split(0, 1, 0)))
+    ctx, lat = np.array([4000.0]), A100.link.latency.value
+    rate = A100.copy_rate("h2d", pinned=True)
+    per_layer_both = decode.stream_times(both, ctx, 1)["h2d"][0]
+    per_layer_cache = decode.stream_times(cache_only, ctx, 1)["h2d"][0]
+    moved = decode.weight_traffic(both, decode.layers(LLAMA, both.weights), np.ones(1)).moved
+    extra = per_layer_both - per_layer_cache  # the weights' bytes and one more latency
+    assert lat > 0
+    assert extra == pytest.approx(moved / rate + lat, rel=1e-6)

@@ -304,6 +304,11 @@ def _kv_token_bytes(model: Model, fmt: KvFormat) -> float:
     return float(kv.attention_layer_token_bytes(model, fmt))  # one attention layer's, per token
 
 
+def _count(*flags: ArrayLike) -> np.ndarray:
+    """Return how many of the boolean arrays are true, element by element."""
+    return np.sum(np.broadcast_arrays(*(np.asarray(f, dtype=np.int64) for f in flags)), axis=0)
+
+
 def stream_times(setup: Setup, context: ArrayLike, batch: ArrayLike) -> dict[str, np.ndarray]:
     """Return each stream's seconds per layer class, shape broadcast(context, batch) + (classes,)."""
     sysm, p = setup.system, setup.placement
@@ -354,8 +359,9 @@ def stream_times(setup: Setup, context: ArrayLike, batch: ArrayLike) -> dict[str
     acts = wt.hand_overs * b * setup.model.hidden * 2  # hidden state to the CPU and back (fp16)
     h2d_bytes = w_moved + kv_in + qo + acts
     d2h_bytes = new_kv * c.off + qo + acts
-    n_in = (w_moved > 0) + (kv_in > 0) + (qo > 0) + wt.hand_overs
-    n_out = ((new_kv * c.off) > 0) + (qo > 0) + wt.hand_overs
+    # copies that each pay the link's latency (counted as integers: a sum of booleans is an "or")
+    n_in = _count(w_moved > 0, kv_in > 0, qo > 0) + wt.hand_overs
+    n_out = _count((new_kv * c.off) > 0, qo > 0) + wt.hand_overs
     h2d = link_time(sysm, h2d_bytes, "h2d", transfers=n_in, pinned=p.pinned)
     d2h = link_time(sysm, d2h_bytes, "d2h", transfers=n_out, pinned=p.pinned)
 
