@@ -9,6 +9,7 @@ from kvoffload.model import kv, transfer
 from kvoffload.spec.hardware import load_system
 from kvoffload.spec.models import load_model
 from kvoffload.spec.precision import KvFormat
+from kvoffload.spec.units import format_bytes
 from kvoffload.studies import article_figures, kv_sizing, memory_fit, tiers
 
 A100 = load_system("a100-80gb-sxm-pcie4")
@@ -46,8 +47,10 @@ def test_half_rate_payload_is_where_latency_and_streaming_take_equal_time():
     half = tiers.half_rate_bytes(A100)
     assert half / float(link.time(half)) == pytest.approx(link.achievable.value / 2)
     assert tiers.half_rate_bytes(ARTICLE) == 0.0  # the article ignores per-transfer latency
-    assert "no link latency" in tiers.half_rate_payload(ARTICLE)
-    assert "kB" in tiers.half_rate_payload(A100)
+    # the sentence says what a zero means instead of "once its payload is no payload"
+    assert "no per-copy latency" in tiers.half_rate_sentence(ARTICLE)
+    assert "payload" not in tiers.half_rate_sentence(ARTICLE)
+    assert f"payload is {format_bytes(half)}," in tiers.half_rate_sentence(A100)
 
 
 def test_the_articles_layer_payload_is_its_mib_figure_written_as_mb():

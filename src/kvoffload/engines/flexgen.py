@@ -32,7 +32,7 @@ from kvoffload.spec import catalog
 from kvoffload.spec.errors import InputError
 from kvoffload.spec.models import Model
 from kvoffload.spec.precision import WeightFormat
-from kvoffload.spec.units import format_bytes
+from kvoffload.spec.units import format_bytes, format_number
 
 COMPRESSED = (4 + 2 * 16 / 64) / 16  # 4-bit values plus an fp16 scale and minimum per group of 64
 # HBM bytes FlexGen's TorchCompressedDevice.decompress moves per fp16 byte it produces, counted op
@@ -685,5 +685,5 @@ def predict(sc: Scenario) -> Prediction:
         settings=settings,
         policy=("searched: " if searched else "")
         + _describe(pol, i)
-        + f" ({float(costs.throughput[i]):.3g} tokens/s)",
+        + f" ({format_number(float(costs.throughput[i]))} tokens/s)",
     )

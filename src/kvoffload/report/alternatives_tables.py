@@ -2,32 +2,46 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pandas as pd
 
-from kvoffload.report.styling import show
+from kvoffload.report.styling import Table, number, show
+from kvoffload.spec.units import format_change
+
+# the option, whether it fits and what it costs per token come first; sources go under the table
+KEY_COLUMNS = ["option", "fits", "TPOT (ms)", "TPOT change", "GPU memory"]
 
 
-def _tokens_or_window(n: float) -> str:
-    """Return a token count with separators, or 'the window' where RAG caps it (NaN)."""
-    return "the window" if pd.isna(n) else f"{n:,.0f}"
-
-
-def comparison_table(frame: pd.DataFrame) -> Any:
+def comparison_table(frame: pd.DataFrame) -> Table:
     """Return ``studies.alternatives.comparison`` styled for the page, bookkeeping columns dropped."""
     formats = {
-        "TPOT (ms)": "{:.3g}",
-        "TPOT change": "{:+.0%}",
-        "TTFT (s)": "{:.3g}",
-        "longest context, batch 1": _tokens_or_window,
+        "TPOT (ms)": number(3),
+        "TPOT change": format_change,
+        "TTFT (s)": number(3),
+        "longest context, batch 1": "{:,.0f}",
         "largest batch": "{:,}",
     }
-    return show(frame.drop(columns=["key", "saved_bytes"]), "alternatives", formats)
+    table = frame.drop(columns=["key", "saved_bytes"])
+    key = [c for c in KEY_COLUMNS if c in table]
+    notes = [c for c in ("quality source",) if c in table]
+    return show(
+        table,
+        "alternatives",
+        formats,
+        key=key,
+        notes=notes,
+        notes_title="Sources",
+        missing={"longest context, batch 1": "the window"},  # RAG caps the context
+    )
 
 
-def checkpoint_table(int4: pd.DataFrame) -> Any:
+def article_table(article: pd.DataFrame) -> Table:
+    """Return ``studies.alternatives.article_table`` for the page, each row's source below it."""
+    notes = [c for c in ("source",) if c in article]
+    return show(article, "article-table", notes=notes, notes_title="Sources")
+
+
+def checkpoint_table(int4: pd.DataFrame) -> Table:
     """Return ``studies.alternatives.int4_checkpoints`` styled for the page."""
     return show(
-        int4.drop(columns=["total_bytes"]), "int4-checkpoints", {"bits per parameter": "{:.3g}"}
+        int4.drop(columns=["total_bytes"]), "int4-checkpoints", {"bits per parameter": number(3)}
     )

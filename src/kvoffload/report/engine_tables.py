@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import pandas as pd
 
+from kvoffload.report.styling import Table, number, show
 from kvoffload.spec.units import format_bytes
 
 MEMORY_COLUMNS = {"gpu_bytes": "GPU memory", "cpu_bytes": "host memory"}
+# what a reader compares first: does it fit, how fast; then the rest, notes under the table
+KEY_COLUMNS = ["engine", "fits", "TPOT (ms)", "decode tokens/s"]
+TIME_COLUMNS = ["TPOT (ms)", "GPU (ms/step)", "link (ms/step)", "CPU (ms/step)", "disk (ms/step)"]
 
 
 def engine_table(predictions: pd.DataFrame) -> pd.DataFrame:
@@ -21,3 +25,12 @@ def engine_table(predictions: pd.DataFrame) -> pd.DataFrame:
         if col in out:
             out[col] = [v if pd.isna(v) else format_bytes(v) for v in out[col]]
     return out
+
+
+def show_engines(predictions: pd.DataFrame) -> Table:
+    """Return the engines' table for the page: fit and speed first, each engine's note below it."""
+    table = engine_table(predictions)
+    formats = {c: number(3) for c in [*TIME_COLUMNS, "TTFT (s)", "decode tokens/s"]}
+    key = [c for c in KEY_COLUMNS if c in table]
+    notes = ["note"] if "note" in table else []
+    return show(table, "engines", formats, key=key, notes=notes)

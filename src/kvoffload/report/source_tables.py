@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from kvoffload.report.styling import Table, show
 from kvoffload.spec import catalog
 
 
@@ -21,3 +22,8 @@ def sources_table(ids: list[str]) -> pd.DataFrame:
         if i in known
     ]
     return pd.DataFrame(rows, columns=["source", "title", "kind", "address"])
+
+
+def show_sources(ids: list[str], name: str) -> Table:
+    """Return the sources table for the page: each title a link to its address."""
+    return show(sources_table(ids), name, key=["title"], links={"title": "address"})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from kvoffload.report.styling import Table, show
 from kvoffload.spec.units import format_bandwidth, format_seconds
 
 
@@ -22,3 +23,8 @@ def tier_table(rates: pd.DataFrame) -> pd.DataFrame:
             "source (achievable)": rates["achievable_source"],
         }
     )
+
+
+def show_tiers(rates: pd.DataFrame, name: str = "tiers") -> Table:
+    """Return the tiers' table for the page, each achievable rate's source as a note below it."""
+    return show(tier_table(rates), name, notes=["source (achievable)"], notes_title="Sources")

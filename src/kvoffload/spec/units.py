@@ -130,13 +130,47 @@ def parse_quantity(text: object, dim: Dim) -> float:
     return value
 
 
+def format_number(x: float, digits: int = 3, *, grouping: bool = True) -> str:
+    """Format a number for people: ``digits`` significant figures, never an exponent.
+
+    Whole numbers from ``10**(digits-1)`` up (1,490 rather than 1.49e+03), thousands separated
+    unless ``grouping`` is false (the form ``parse_quantity`` reads back); trailing zeros dropped;
+    NaN is '—' and an infinity '∞', so a sentence that can meet one must say what it means itself.
+    """
+    x = float(x)
+    if math.isnan(x):
+        return "—"
+    if math.isinf(x):
+        return "∞" if x > 0 else "−∞"
+    sep = "," if grouping else ""
+    if abs(x) >= 10 ** (digits - 1):
+        text = f"{x:{sep}.0f}"
+    else:
+        rounded = float(f"{x:.{digits}g}")
+        if rounded == 0:
+            return "0"
+        decimals = max(0, digits - 1 - math.floor(math.log10(abs(rounded))))
+        text = f"{rounded:{sep}.{decimals}f}"
+        if "." in text:
+            text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "0") else text
+
+
+def format_change(x: float) -> str:
+    """Format a relative change as a signed whole percentage, e.g. '+442%', '-16%', '0%'."""
+    text = format_number(round(abs(100 * x)), 1)
+    if text == "0":
+        return "0%"
+    return f"{'+' if x > 0 else '-'}{text}%"
+
+
 def _scaled(x: float, steps: list[tuple[float, str]], digits: int) -> str:
     ax = abs(x)
     for factor, unit in steps:
         if ax >= factor * 0.9995:
-            return f"{x / factor:.{digits}g} {unit}"
+            return f"{format_number(x / factor, digits, grouping=False)} {unit}"
     factor, unit = steps[-1]
-    return f"{x / factor:.{digits}g} {unit}"
+    return f"{format_number(x / factor, digits, grouping=False)} {unit}"
 
 
 _DEC_BYTES = [(1e15, "PB"), (1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB"), (1.0, "B")]
@@ -178,13 +212,13 @@ def format_seconds(s: float, *, digits: int = 4) -> str:
 
 
 def format_rate(r: float, *, digits: int = 4) -> str:
-    """Format events per second, e.g. '1.4e+06 /s'."""
-    return f"{r:.{digits}g} /s"
+    """Format events per second (the profiles' one rate is IOPS), e.g. '1.4 MIOPS'."""
+    return _scaled(r, [(1e6, "MIOPS"), (1e3, "kIOPS"), (1.0, "IOPS")], digits)
 
 
 def format_fraction(f: float, *, digits: int = 4) -> str:
     """Format a fraction as a percentage, e.g. '70 %'."""
-    return f"{100 * f:.{digits}g} %"
+    return f"{format_number(100 * f, digits, grouping=False)} %"
 
 
 FORMATTERS = {

@@ -16,7 +16,7 @@ from kvoffload.spec import catalog
 from kvoffload.spec.hardware import System
 from kvoffload.spec.models import Model
 from kvoffload.spec.precision import KvFormat, WeightFormat
-from kvoffload.spec.units import Dim, format_bytes, parse_quantity
+from kvoffload.spec.units import Dim, format_bytes, format_change, format_number, parse_quantity
 
 
 @dataclass(frozen=True)
@@ -255,6 +255,26 @@ class Headline:
         """Return the offloaded step over the step with everything on the GPU."""
         return self.offload_tpot_ms / self.base_tpot_ms
 
+    @property
+    def base_tpot(self) -> str:
+        """Return the step with everything on the GPU in ms, for prose ('275')."""
+        return format_number(self.base_tpot_ms)
+
+    @property
+    def offload_tpot(self) -> str:
+        """Return the offloaded step in ms, for prose ('1,490', never '1.49e+03')."""
+        return format_number(self.offload_tpot_ms)
+
+    @property
+    def w4kv8_tpot(self) -> str:
+        """Return the W4A16 + INT8-cache step in ms, for prose."""
+        return format_number(self.w4kv8_tpot_ms)
+
+    @property
+    def offload_times(self) -> str:
+        """Return ``offload_x`` for prose ('5.42')."""
+        return format_number(self.offload_x)
+
 
 def headline(frame: pd.DataFrame) -> Headline:
     """Return the comparison's headline figures and the sentence on context and batch reach."""
@@ -303,7 +323,8 @@ def article_table(system: System, model: Model, context: int, batch: int = 1) ->
                 "article: memory saving": said["memory"],
                 "GPU memory saved": f"{r['GPU memory saved']} ({r['saved_bytes'] / base_gpu:.0%})",
                 "article: TPOT impact": said["tpot"],
-                "TPOT change": f"{r['TPOT change']:+.0%} ({r['TPOT (ms)']:.3g} ms)",
+                "TPOT change": f"{format_change(r['TPOT change'])} "
+                f"({format_number(r['TPOT (ms)'])} ms)",
                 "article: quality loss": said["quality"],
                 "published quality figure": r["quality"],
                 "source": r["quality source"] or "—",

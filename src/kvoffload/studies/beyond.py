@@ -3,6 +3,7 @@ the floor that no link removes (the GPU's own work, layer after layer)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,7 +15,7 @@ from kvoffload.spec import catalog
 from kvoffload.spec.figures import Figure, Kind
 from kvoffload.spec.hardware import System, build_part
 from kvoffload.spec.models import Model
-from kvoffload.spec.units import Dim
+from kvoffload.spec.units import Dim, format_bandwidth, format_number
 
 LINK_IDS = tuple(catalog.parts("link"))  # every catalog link, in catalog order
 # A x8 CXL 2.0 expander on PCIe 5.0 electricals: 31.5 GB/s per direction on the wire (cxl-spec-x8);
@@ -61,7 +62,7 @@ def link_rows(system: System, model: Model, context: int = 128_000, batch: int =
         rows.append(
             {
                 "link": name,
-                "copy rate": f"{sys_.copy_rate('h2d') / 1e9:.4g} GB/s",
+                "copy rate": format_bandwidth(sys_.copy_rate("h2d")),
                 "link time (ms)": float(step.streams["h2d"]) * 1e3,
                 "TPOT, no overlap (ms)": float(step.total) * 1e3,
                 "TPOT, perfect overlap (ms)": float(
@@ -227,6 +228,28 @@ class NeedFindings:
     own_gbs: float  # this machine's link
     n_floor: int  # cases where no link meets the budget
     n_rows: int
+    context: int = 128_000
+    batch: int = 1
+
+    @property
+    def need_text(self) -> str:
+        """Return the rate needed with perfect overlap for prose, or say that no rate is enough."""
+        if math.isinf(self.perfect_gbs):
+            return "more than any link can give"
+        return f"{format_number(self.perfect_gbs, 4)} GB/s"
+
+    def sentence(self) -> str:
+        """Return the case's needed rates against this machine's link, as one sentence."""
+        case = f"At {self.context:,} tokens and batch {self.batch}"
+        own = f"this machine's link gives {format_number(self.own_gbs, 4)} GB/s"
+        if math.isinf(self.perfect_gbs):
+            return f"{case} no link rate meets the budget, with overlap or without; {own}."
+        without = (
+            "and no rate at all without it"
+            if math.isinf(self.none_gbs)
+            else f"({format_number(self.none_gbs, 4)} GB/s without)"
+        )
+        return f"{case} the budget needs {self.need_text} with perfect overlap {without}; {own}."
 
 
 def need_findings(need: pd.DataFrame, context: int = 128_000, batch: int = 1) -> NeedFindings:
@@ -239,6 +262,8 @@ def need_findings(need: pd.DataFrame, context: int = 128_000, batch: int = 1) ->
         own_gbs=float(row["this link (GB/s)"]),
         n_floor=int(np.isinf(need[perfect]).sum()),
         n_rows=len(need),
+        context=context,
+        batch=batch,
     )
 
 

@@ -6,6 +6,7 @@ import pandas as pd
 
 from kvoffload.spec import catalog
 from kvoffload.spec.hardware import load_system
+from kvoffload.spec.units import format_number
 
 ENGINE_NAMES = {"llamacpp": "llama.cpp", "flexgen": "FlexGen"}
 COLUMNS = ["where", "constant", "value", "kind", "source"]
@@ -28,7 +29,7 @@ def calibration_rows(system_id: str) -> pd.DataFrame:
     for engine, entries in catalog.load("engine_constants").items():
         where = f"{ENGINE_NAMES.get(engine, engine)} engine"
         rows += [
-            {"where": where, "constant": f"{name} ({c['unit']})", "value": f"{c['value']:.4g}",
+            {"where": where, "constant": f"{name} ({c['unit']})", "value": format_number(c["value"], 4),
              "kind": f"{c['kind']} on {c['machine']}" if c.get("machine") else c["kind"],
              "source": c["source"]}
             for name, c in entries.items()
@@ -37,7 +38,7 @@ def calibration_rows(system_id: str) -> pd.DataFrame:
     matvec = catalog.load("cpu_matvec")["constants"]
     rows += [
         {"where": "llama.cpp engine (CPU matvec)", "constant": f"{name}: share of host bandwidth, per thread",
-         "value": f"{c['bandwidth_share']:.3g}, {c['per_thread']}", "kind": c["kind"],
+         "value": f"{format_number(c['bandwidth_share'])}, {c['per_thread']}", "kind": c["kind"],
          "source": "CPU-only runs " + ", ".join(c["from_rows"]) + " (catalog/cpu_matvec.yaml)"}
         for name, c in matvec.items()
     ]  # fmt: skip

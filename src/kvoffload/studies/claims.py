@@ -15,7 +15,7 @@ from kvoffload.spec import catalog
 from kvoffload.spec.hardware import build_part, load_system
 from kvoffload.spec.models import load_model
 from kvoffload.spec.precision import kv_format, weight_format
-from kvoffload.spec.units import Dim, UnitError, format_quantity, parse_quantity
+from kvoffload.spec.units import Dim, UnitError, format_number, format_quantity, parse_quantity
 
 VERDICTS = ("holds", "imprecise", "wrong", "not verifiable")
 
@@ -419,7 +419,7 @@ class Claim:
             return "—"
         if self.unit:
             return format_quantity(value, Dim[self.unit])
-        return f"{value:.4g}"
+        return format_number(value, 4)
 
     def claimed_text(self) -> str:
         """Format what the article claims."""

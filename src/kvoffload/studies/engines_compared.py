@@ -16,6 +16,7 @@ from kvoffload.model.prediction import Scenario
 from kvoffload.spec.errors import InputError
 from kvoffload.spec.models import Model, load_model
 from kvoffload.spec.precision import WeightFormat
+from kvoffload.spec.units import format_number
 
 # label -> (engine, options, placement, weights); options "half": offload half the weights (vLLM)
 ENGINE_SETUPS: dict[str, tuple[str, dict[str, Any] | str, dict | None, str]] = {
@@ -105,8 +106,8 @@ class Fastest:
         """Return, as Markdown, which setup has the shortest step that fits, and what was passed over."""
         if self.engine is None:
             text = (
-                "No engine's setup fits this machine for this workload (see the fits and note "
-                "columns), so none is named the fastest."
+                "No engine's setup fits this machine for this workload (see the fits column "
+                "and the notes under the table), so none is named the fastest."
             )
             if self.faster_unfit:
                 e, t = self.faster_unfit[0]
@@ -133,8 +134,8 @@ class Fastest:
 
 
 def _ms(t: float) -> str:
-    """Return milliseconds for prose: three figures, whole numbers from 1,000."""
-    return f"{t:,.0f}" if t >= 1000 else f"{t:.3g}"
+    """Return milliseconds for prose: three figures, whole numbers from 100 (``format_number``)."""
+    return format_number(t)
 
 
 def _and_list(items: list[str]) -> str:
@@ -151,7 +152,7 @@ def fastest(predictions: pd.DataFrame) -> Fastest:
     ok = predictions.dropna(subset=["TPOT (ms)"])
     fit = ok[ok["fits"].astype(bool)]
     flex = predictions[predictions["engine"].str.startswith("FlexGen")].iloc[0]
-    policy = str(flex["note"])
+    policy = str(flex["note"]).removeprefix("searched: ")  # the page says it was searched
     if fit.empty:
         best_engine, best_ms = None, float("nan")
         faster = ok[~ok["fits"].astype(bool)]

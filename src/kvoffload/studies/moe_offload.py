@@ -24,6 +24,7 @@ from kvoffload.model.prediction import Scenario
 from kvoffload.spec.errors import InputError
 from kvoffload.spec.models import Model
 from kvoffload.spec.precision import WeightFormat
+from kvoffload.spec.units import format_number
 
 # The formats tried for "a smaller format on the GPU", largest first; mxfp4 only where the model
 # ships its experts in MXFP4 (gpt-oss), since requantising another model to it is not the usual path.
@@ -140,7 +141,7 @@ def _none_row(way: str, weights: str, note: str) -> dict:
 
 
 def _gb(x: float) -> str:
-    return f"{x / 1e9:.3g} GB"
+    return f"{format_number(x / 1e9)} GB"
 
 
 def fit_options(hardware: str, model: str, fmt: str = "q4_k_m", context: int = 4096) -> FitOptions:
@@ -311,37 +312,37 @@ class Headline:
         name = f"{self.model_name} in {self.weights.upper()}"
         if self.whole_fits:
             return (
-                f"{name} fits this GPU whole ({self.whole_gb:.3g} GB of {self.gpu_gb:.3g} GB with "
-                f"a {self.context:,}-token cache) and decodes at {self.whole_tps:.3g} tokens/s, so "
+                f"{name} fits this GPU whole ({format_number(self.whole_gb)} GB of {format_number(self.gpu_gb)} GB with "
+                f"a {self.context:,}-token cache) and decodes at {format_number(self.whole_tps)} tokens/s, so "
                 f"nothing has to move to the CPU here. "
                 + self._comparison(
-                    f"Read off the curves below at half that ({self.budget_gb:.3g} GB)"
+                    f"Read off the curves below at half that ({format_number(self.budget_gb)} GB)"
                 )
             )
         head = (
-            f"{name} needs {self.whole_gb:.3g} GB of GPU memory with a {self.context:,}-token "
-            f"cache, more than this GPU's {self.gpu_gb:.3g} GB."
+            f"{name} needs {format_number(self.whole_gb)} GB of GPU memory with a {self.context:,}-token "
+            f"cache, more than this GPU's {format_number(self.gpu_gb)} GB."
         )
         if self.experts_option:
             body = (
                 f" Keeping the routed experts of the first layers on the CPU "
-                f"(`{self.experts_option}`) runs it at {self.experts_tps:.3g} tokens/s, "
+                f"(`{self.experts_option}`) runs it at {format_number(self.experts_tps)} tokens/s, "
                 f"{relative(self.speedup)} moving whole layers to the CPU "
-                f"(`{self.layers_option}`, {self.layers_tps:.3g} tokens/s)"
+                f"(`{self.layers_option}`, {format_number(self.layers_tps)} tokens/s)"
             )
             if not self.experts_host_holds:
                 body += (
-                    f", though host memory ({self.host_gb:.3g} GB) cannot hold the "
-                    f"{self.experts_cpu_gb:.3g} GB it leaves there"
+                    f", though host memory ({format_number(self.host_gb)} GB) cannot hold the "
+                    f"{format_number(self.experts_cpu_gb)} GB it leaves there"
                 )
         else:
             body = (
                 f" Even with every expert on the CPU it does not fit; only whole layers on the "
-                f"CPU (`{self.layers_option}`) run it, at {self.layers_tps:.3g} tokens/s"
+                f"CPU (`{self.layers_option}`) run it, at {format_number(self.layers_tps)} tokens/s"
             )
         tail = (
             f"; a smaller file, {self.smaller_weights.upper()}, fits the GPU whole at "
-            f"{self.smaller_tps:.3g} tokens/s."
+            f"{format_number(self.smaller_tps)} tokens/s."
             if self.smaller_option
             else "; no smaller format fits the GPU whole."
         )
@@ -350,12 +351,14 @@ class Headline:
     @property
     def comparison(self) -> str:
         """Return the equal-GPU-memory comparison of the two curves as a sentence (Markdown)."""
-        return self._comparison(f"Read off the two curves at {self.budget_gb:.3g} GB of GPU memory")
+        return self._comparison(
+            f"Read off the two curves at {format_number(self.budget_gb)} GB of GPU memory"
+        )
 
     def _comparison(self, where: str) -> str:
         return (
-            f"{where}, experts on the CPU give {self.budget_experts_tps:.3g} tokens/s and whole "
-            f"layers {self.budget_layers_tps:.3g}: experts on the CPU run "
+            f"{where}, experts on the CPU give {format_number(self.budget_experts_tps)} tokens/s and whole "
+            f"layers {format_number(self.budget_layers_tps)}: experts on the CPU run "
             f"{relative(self.budget_ratio)} whole layers there."
         )
 
@@ -363,10 +366,10 @@ class Headline:
 def relative(ratio: float) -> str:
     """Return a speed ratio in words: 'N times as fast as', 'about as fast as' or 'slower than'."""
     if ratio >= 1.05:
-        return f"{ratio:.2g} times as fast as"
+        return f"{format_number(ratio, 2)} times as fast as"
     if ratio > 1 / 1.05:
         return "about as fast as"
-    return f"{1 / ratio:.2g} times slower than"
+    return f"{format_number(1 / ratio, 2)} times slower than"
 
 
 def headline(fits: FitOptions, curve: pd.DataFrame, routed: pd.DataFrame) -> Headline:

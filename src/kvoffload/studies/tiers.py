@@ -143,7 +143,15 @@ def half_rate_bytes(system: System) -> float:
     return link.latency.value * link.achievable.value if link.latency else 0.0
 
 
-def half_rate_payload(system: System) -> str:
-    """Return ``half_rate_bytes`` as text, or say that the profile has no link latency."""
+def half_rate_sentence(system: System) -> str:
+    """Return where a copy reaches half the link's rate, or that without latency every copy is fast."""
     half = half_rate_bytes(system)
-    return format_bytes(half) if half else "no payload (this profile has no link latency)"
+    if not half:
+        return (
+            "This profile gives the link no per-copy latency, so every copy, however small, "
+            "runs at the link's full achievable rate."
+        )
+    return (
+        f"A copy reaches half the link's achievable rate once its payload is {format_bytes(half)}, "
+        "where the latency and the streaming time are equal."
+    )
