@@ -7,7 +7,7 @@ import pandas as pd
 
 from kvoffload.model.decode import OVERLAP_MODES
 from kvoffload.model.timeline import Event
-from kvoffload.report.charting import budget_rule, log_axis
+from kvoffload.report.charting import NEUTRAL, budget_rule, log_axis, note_coinciding
 
 RESOURCE_ORDER = ["disk_read", "h2d", "cpu", "gpu", "d2h", "disk_write"]
 
@@ -28,14 +28,24 @@ def overlap_chart(frame: pd.DataFrame, budget_ms: float = 50.0) -> alt.LayerChar
     base = alt.Chart(frame).encode(
         x=log_axis("context", "context (tokens)"),
         y=alt.Y("tpot_ms:Q", scale=alt.Scale(type="log"), title="time per output token (ms)"),
-        color=alt.Color("overlap:N", title="overlap", sort=list(OVERLAP_MODES)),
+        color=alt.Color(
+            "overlap:N",
+            title="overlap",
+            sort=list(OVERLAP_MODES),
+            legend=alt.Legend(direction="horizontal"),
+        ),
+        strokeDash=alt.StrokeDash(
+            "overlap:N",
+            title="overlap",
+            sort=list(OVERLAP_MODES),
+            legend=alt.Legend(direction="horizontal"),
+        ),
         tooltip=tooltip,
     )
-    lines = base.mark_line().encode(
-        strokeDash=alt.StrokeDash("overlap:N", sort=list(OVERLAP_MODES), legend=None)
-    )
+    lines = base.mark_line()
     held = base.transform_filter("datum.fits") if "fits" in frame else base
-    return alt.layer(lines, held.mark_point(size=12, filled=True), budget_rule(budget_ms))
+    chart = alt.layer(lines, held.mark_point(size=12, filled=True), budget_rule(budget_ms))
+    return note_coinciding(chart, frame, "overlap", "context", "tpot_ms")
 
 
 def layer_chart(frame: pd.DataFrame) -> alt.Chart:
@@ -43,13 +53,13 @@ def layer_chart(frame: pd.DataFrame) -> alt.Chart:
 
     ``frame`` is ``studies.decode_sweeps.layer_frame``: stream, context, ms.
     """
-    return (
+    chart = (
         alt.Chart(frame)
         .mark_line(point=alt.OverlayMarkDef(size=12))
         .encode(
             x=log_axis("context", "context (tokens)"),
             y=alt.Y("ms:Q", scale=alt.Scale(type="log"), title="time per layer (ms)"),
-            color=alt.Color("stream:N", title=None, legend=alt.Legend(orient="bottom")),
+            color=alt.Color("stream:N", title=None),
             tooltip=[
                 "stream:N",
                 alt.Tooltip("context:Q", format=","),
@@ -57,6 +67,7 @@ def layer_chart(frame: pd.DataFrame) -> alt.Chart:
             ],
         )
     )
+    return note_coinciding(chart, frame, "stream", "context", "ms")
 
 
 def batch_chart(frame: pd.DataFrame, budget_ms: float = 50.0) -> alt.LayerChart:
@@ -71,14 +82,15 @@ def batch_chart(frame: pd.DataFrame, budget_ms: float = 50.0) -> alt.LayerChart:
     base = alt.Chart(frame).encode(
         x=alt.X("batch:Q", title="batch (requests)"),
         y=alt.Y("tpot_ms:Q", scale=alt.Scale(type="log"), title="time per output token (ms)"),
-        color=alt.Color("placement:N", title=None, legend=alt.Legend(orient="bottom")),
+        color=alt.Color("placement:N", title=None),
         tooltip=tooltip,
     )
     # points only where the machine holds the batch: the rest of each line only traces the model
     held = base.transform_filter("datum.fits") if "fits" in frame else base
-    return alt.layer(
+    chart = alt.layer(
         base.mark_line(), held.mark_point(size=12, filled=True), budget_rule(budget_ms)
     )
+    return note_coinciding(chart, frame, "placement", "batch", "tpot_ms")
 
 
 def events_frame(events: list[Event]) -> pd.DataFrame:
@@ -109,7 +121,12 @@ def gantt_chart(events: list[Event]) -> alt.Chart:
             x=alt.X("start_ms:Q", title="time within the step (ms)"),
             x2="end_ms:Q",
             y=alt.Y("resource:N", sort=[r for r in RESOURCE_ORDER if r in present], title=None),
-            color=alt.Color("task:N", title="work", sort=["load", "compute", "store"]),
+            color=alt.Color(
+                "task:N",
+                title="work",
+                sort=["load", "compute", "store"],
+                legend=alt.Legend(direction="horizontal"),
+            ),
             tooltip=[
                 "resource:N",
                 "layer:Q",
@@ -118,7 +135,7 @@ def gantt_chart(events: list[Event]) -> alt.Chart:
                 alt.Tooltip("ms:Q", title="duration (ms)", format=".3f"),
             ],
         )
-        .properties(height=alt.Step(22))
+        .properties(height=22 * len(present))
     )
 
 
@@ -169,7 +186,7 @@ def interactive_tpot_chart(
     lines = base.mark_line().encode(
         x=x,
         y=y,
-        color=alt.Color("overlap:N", title="overlap"),
+        color=alt.Color("overlap:N", title="overlap", legend=alt.Legend(direction="horizontal")),
         tooltip=[
             "overlap:N",
             alt.Tooltip("context:Q", format=","),
@@ -178,7 +195,7 @@ def interactive_tpot_chart(
     )
     marker = (
         alt.Chart(pd.DataFrame({"x": [0]}))
-        .mark_rule(color="#7a7a7a")
+        .mark_rule(color=NEUTRAL)
         .encode(x=alt.X("mark_context:Q", scale=alt.Scale(type="log")))
         .transform_calculate(mark_context="mark_context")
     )

@@ -8,7 +8,7 @@ import altair as alt
 import pandas as pd
 from IPython.display import Markdown
 
-from kvoffload.report.charting import LIMIT_COLOR, show
+from kvoffload.report.charting import Figures, limit_line, note_coinciding, show
 from kvoffload.spec.units import format_bytes
 
 
@@ -31,7 +31,12 @@ def random_read_chart(rows: list[dict]) -> alt.LayerChart:
                 title="share of sequential read bandwidth",
                 axis=alt.Axis(format="%"),
             ),
-            color=alt.Color("request:N", title="request size", sort=list(sizes.index)),
+            color=alt.Color(
+                "request:N",
+                title="request size",
+                sort=list(sizes.index),
+                legend=alt.Legend(direction="horizontal"),
+            ),
             tooltip=[
                 "request:N",
                 "queue_depth:Q",
@@ -40,16 +45,16 @@ def random_read_chart(rows: list[dict]) -> alt.LayerChart:
             ],
         )
     )
-    rule = (
-        alt.Chart(pd.DataFrame({"y": [0.1], "label": ["the article's 10% line"]}))
-        .mark_rule(strokeDash=[6, 4], color=LIMIT_COLOR)
-        .encode(y="y:Q", tooltip="label:N")
-    )
-    return alt.layer(lines, rule)
+    chart = alt.layer(lines, limit_line(0.1, "the article's 10% line"))
+    return note_coinciding(chart, data, "request", "queue_depth", "share_of_sequential", log=False)
 
 
-def random_read_view(rows: list[dict]) -> Any:
-    """Return the random-read chart for display, or a note when the profile has no measurements."""
+def random_read_view(
+    rows: list[dict], figures: Figures | None = None, caption: str = "", name: str = "random-reads"
+) -> Any:
+    """Return the random-read chart for display (a numbered figure when ``figures`` is given), or
+    a note when the profile has no measurements."""
     if not rows:
         return Markdown("_No storage measurements in this profile._")
-    return show(random_read_chart(rows))
+    chart = random_read_chart(rows)
+    return figures.show(name, chart, caption) if figures else show(chart)

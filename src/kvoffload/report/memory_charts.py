@@ -5,7 +5,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from kvoffload.report.charting import LIMIT_COLOR, log_axis
+from kvoffload.report.charting import limit_line, log_axis, note_coinciding
 
 
 def memory_fit_chart(fit: pd.DataFrame) -> alt.LayerChart:
@@ -20,7 +20,7 @@ def memory_fit_chart(fit: pd.DataFrame) -> alt.LayerChart:
         .encode(
             x=log_axis("context", "context (tokens)"),
             y=alt.Y("total_gb:Q", scale=alt.Scale(type="log"), title="weights + KV cache (GB)"),
-            color=alt.Color("batch:O", title="batch"),
+            color=alt.Color("batch:O", title="batch", legend=alt.Legend(direction="horizontal")),
             tooltip=[
                 alt.Tooltip("batch:O"),
                 alt.Tooltip("context:Q", format=","),
@@ -30,17 +30,6 @@ def memory_fit_chart(fit: pd.DataFrame) -> alt.LayerChart:
             ],
         )
     )
-    rule_data = pd.DataFrame(
-        {"capacity_gb": [capacity_gb], "label": [f"GPU memory {capacity_gb:.4g} GB"]}
-    )
-    rule = (
-        alt.Chart(rule_data)
-        .mark_rule(strokeDash=[6, 4], color=LIMIT_COLOR)
-        .encode(y="capacity_gb:Q", tooltip=[alt.Tooltip("label:N", title="limit")])
-    )
-    text = (
-        alt.Chart(rule_data)
-        .mark_text(align="left", dx=4, dy=-6, color=LIMIT_COLOR)
-        .encode(y="capacity_gb:Q", x=alt.value(0), text="label:N")
-    )
-    return alt.layer(lines, rule, text)
+    rule = limit_line(capacity_gb, f"GPU memory {capacity_gb:.4g} GB")
+    chart = alt.layer(lines, rule)
+    return note_coinciding(chart, fit, "batch", "context", "total_gb")

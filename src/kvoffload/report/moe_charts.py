@@ -5,7 +5,8 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from kvoffload.report.charting import LIMIT_COLOR, PALETTE
+from kvoffload.report.charting import PALETTE, limit_line, note_coinciding, wrapped_labels
+from kvoffload.spec.units import format_number
 from kvoffload.studies.moe_offload import NCMOE, NGL, FitOptions
 
 SETTING_LABELS = {
@@ -16,7 +17,7 @@ SETTING_LABELS = {
 
 def _number(value: float) -> str:
     """Return a number with three significant figures, or a dash where there is none."""
-    return "–" if pd.isna(value) else f"{value:.3g}"
+    return "—" if pd.isna(value) else format_number(value)
 
 
 # formats for styling.show: the fit table's empty rows show a dash, not 'nan'
@@ -79,7 +80,7 @@ def curves_chart(curve: pd.DataFrame) -> alt.LayerChart:
         "label:N",
         title=None,
         scale=alt.Scale(domain=list(SETTING_LABELS.values()), range=PALETTE[:2]),
-        legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=600),
+        legend=alt.Legend(labelExpr=wrapped_labels(list(SETTING_LABELS.values()))),
     )
     x = alt.X("gpu_gb:Q", title="GPU memory used (GB)")
     y = alt.Y("tokens_per_s:Q", title="tokens/s (decode, batch 1)")
@@ -94,20 +95,11 @@ def curves_chart(curve: pd.DataFrame) -> alt.LayerChart:
     fits = alt.datum.fits == "fits GPU and host memory"
     filled = base.mark_point(size=28, filled=True, opacity=1).transform_filter(fits)
     hollow = base.mark_point(size=28, filled=False, opacity=1).transform_filter(~fits)
-    rule_data = pd.DataFrame(
-        {"capacity_gb": [capacity_gb], "text": [f"GPU memory {capacity_gb:.3g} GB"]}
-    )
-    rule = (
-        alt.Chart(rule_data)
-        .mark_rule(strokeDash=[6, 4], color=LIMIT_COLOR)
-        .encode(x="capacity_gb:Q", tooltip=[alt.Tooltip("text:N", title="limit")])
-    )
-    text = (
-        alt.Chart(rule_data)
-        .mark_text(align="right", dx=-4, dy=8, color=LIMIT_COLOR)
-        .encode(x="capacity_gb:Q", y=alt.value(0), text="text:N")
-    )
-    return alt.layer(lines, filled, hollow, rule, text).properties(width="container", height=340)
+    # the label sits on the side of the line with more room
+    side = "left" if capacity_gb > float(data["gpu_gb"].max()) / 2 else "right"
+    rule = limit_line(capacity_gb, f"GPU memory {capacity_gb:.3g} GB", "x", side=side)
+    chart = alt.layer(lines, filled, hollow, rule).properties(height=340)
+    return note_coinciding(chart, data, "label", "gpu_gb", "tokens_per_s", log=False)
 
 
 def routed_chart(routed: pd.DataFrame) -> alt.LayerChart:
@@ -129,7 +121,7 @@ def routed_chart(routed: pd.DataFrame) -> alt.LayerChart:
             ),
         ]
     )
-    return (
+    chart = (
         alt.Chart(long)
         .mark_line(point=alt.OverlayMarkDef(size=20))
         .encode(
@@ -144,9 +136,11 @@ def routed_chart(routed: pd.DataFrame) -> alt.LayerChart:
                 "what:N",
                 title=None,
                 scale=alt.Scale(range=[PALETTE[1], PALETTE[5]]),
-                legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=600),
+                legend=alt.Legend(labelExpr=wrapped_labels(long["what"].unique())),
             ),
-            strokeDash=alt.StrokeDash("what:N", legend=None),
+            strokeDash=alt.StrokeDash(
+                "what:N", legend=alt.Legend(labelExpr=wrapped_labels(long["what"].unique()))
+            ),
             tooltip=[
                 alt.Tooltip("batch:Q"),
                 alt.Tooltip("experts_touched:Q", title="experts touched per layer", format=".3g"),
@@ -155,5 +149,6 @@ def routed_chart(routed: pd.DataFrame) -> alt.LayerChart:
                 alt.Tooltip("ms:Q", title="over this machine's link (ms)", format=".3g"),
             ],
         )
-        .properties(width="container", height=300)
+        .properties(height=300)
     )
+    return note_coinciding(chart, long, "what", "batch", "gb", log=False)

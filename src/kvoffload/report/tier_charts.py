@@ -5,7 +5,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from kvoffload.report.charting import log_axis
+from kvoffload.report.charting import MS_LABELS, log_axis, note_coinciding, wrapped_labels
 
 
 def transfer_time_chart(curves: pd.DataFrame) -> alt.Chart:
@@ -13,16 +13,21 @@ def transfer_time_chart(curves: pd.DataFrame) -> alt.Chart:
 
     ``curves`` is ``studies.tiers.transfer_curves``: tier, payload_bytes, time_ms, effective_gb_s.
     """
-    return (
+    chart = (
         alt.Chart(curves)
         .mark_line(point=alt.OverlayMarkDef(size=12))
         .encode(
             x=log_axis("payload_bytes", "payload (bytes)"),
-            y=alt.Y("time_ms:Q", scale=alt.Scale(type="log"), title="time for one transfer (ms)"),
+            y=alt.Y(
+                "time_ms:Q",
+                scale=alt.Scale(type="log"),
+                title="time for one transfer",
+                axis=alt.Axis(labelExpr=MS_LABELS),
+            ),
             color=alt.Color(
                 "tier:N",
                 title="tier",
-                legend=alt.Legend(orient="bottom", columns=2, labelLimit=360),
+                legend=alt.Legend(labelExpr=wrapped_labels(curves["tier"].unique())),
             ),
             tooltip=[
                 alt.Tooltip("tier:N"),
@@ -32,3 +37,4 @@ def transfer_time_chart(curves: pd.DataFrame) -> alt.Chart:
             ],
         )
     )
+    return note_coinciding(chart, curves, "tier", "payload_bytes", "time_ms")
