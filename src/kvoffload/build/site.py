@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +13,7 @@ from kvoffload.build.jupyterbook import build_and_swap
 from kvoffload.build.pages import prune, refuse_error_outputs, write_pages
 from kvoffload.build.profiles import ordered_profiles, plan, resolve_profile
 from kvoffload.build.runner import Outcome, chapters, run_jobs
+from kvoffload.report import calculator_page
 
 
 @dataclass(frozen=True)
@@ -30,9 +31,12 @@ class BookResult:
         return sum(o.status == "executed" for o in self.outcomes)
 
 
-def _inputs_digest(root: Path) -> str:
-    """Hash everything the Sphinx build reads: config, toc, pages, executed chapters, the lock."""
+def _inputs_digest(root: Path, extra: Mapping[str, bytes] | None = None) -> str:
+    """Hash everything the build reads: config, toc, pages, executed chapters, the lock, ``extra``."""
     h = hashlib.sha256()
+    for rel, body in sorted((extra or {}).items()):
+        h.update(rel.encode())
+        h.update(body)
     files = [root / "_config.yml", root / "_toc.yml"]
     files += [p for p in (root / "requirements.lock",) if p.is_file()]  # theme and Sphinx versions
     files += sorted(
@@ -65,8 +69,9 @@ def build_book(
     vendor_assets(root / "book" / "_static")
     html = root / "_build" / "html"
     stamp = html / ".kvoffload-inputs"
-    digest = _inputs_digest(root)
+    calculator = calculator_page.site_files()  # calculator.html at the site's root
+    digest = _inputs_digest(root, calculator)
     if stamp.is_file() and stamp.read_text() == digest:
         return BookResult(html, outcomes, False, time.perf_counter() - started)
-    build_and_swap(root, root / "_build" / ".staging", html, stamp=digest)
+    build_and_swap(root, root / "_build" / ".staging", html, stamp=digest, extra=calculator)
     return BookResult(html, outcomes, True, time.perf_counter() - started)

@@ -1,0 +1,260 @@
+"""What the offline calculator page needs from the package, as one JSON-ready mapping.
+
+The page evaluates the generic engine's step model in the browser (report/calculator.js); every
+number it uses comes from here: each catalog machine's figures in base units (B, B/s, FLOP/s, s),
+each catalog model's layer classes per weight format (``decode.layers``), its KV bytes per token
+per KV format, its prefill working set per token, and the model's constants. ``scenario_for`` turns the
+page's inputs into the scenario file ``kvoffload predict`` reads, so a test can hold the page to
+the package at any point.
+
+The page leaves out what it cannot express: tensor-group placement (``compute: cpu``), MoE
+routing skew and expert streaming (uniform routing is used), several GPUs (the step model runs
+the layers on one GPU at a time, so a reader types the machine's total memory) and the engines
+other than ``generic``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from kvoffload.model import decode, kv, working_memory
+from kvoffload.spec.hardware import System, load_system, system_ids
+from kvoffload.spec.models import Model, load_model, model_ids
+from kvoffload.spec.precision import KvFormat, WeightFormat
+
+VERSION = 1
+BUDGET_MS = 50.0  # the article's TPOT budget for interactive use, drawn on the page's chart
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    """One machine figure the page shows and lets a reader type: its key, unit and plausible range.
+
+    ``scale`` converts the page's unit into base units; ``lo`` and ``hi`` are the range
+    spec/hardware.py's field accepts (base units, inclusive); ``optional`` figures may be left
+    blank (no pageable rate, no disk bound); ``zero`` allows 0 (a link's latency).
+    """
+
+    key: str
+    label: str
+    unit: str
+    scale: float
+    lo: float
+    hi: float
+    optional: bool = False
+    zero: bool = False
+    main: bool = False  # shown at once; the others sit under "more figures"
+
+
+# The ranges are those of spec/hardware.py (Capacity, DeviceBandwidth, LinkBandwidth, FlopRate,
+# Latency, storage capacity); tests/test_calculator_data.py holds them to the profile loader.
+FIGURES: tuple[FigureSpec, ...] = (
+    FigureSpec("gpu_memory", "GPU memory", "GB", 1e9, 1e8, 1e15, main=True),
+    FigureSpec("gpu_bandwidth", "GPU memory bandwidth", "GB/s", 1e9, 1e9, 1e14, main=True),
+    FigureSpec("h2d", "Link, host→GPU", "GB/s", 1e9, 1e7, 1e13, main=True),
+    FigureSpec("host_bandwidth", "Host memory bandwidth", "GB/s", 1e9, 1e7, 1e13, main=True),
+    FigureSpec("gpu_flops", "GPU dense 16-bit rate reached", "TFLOP/s", 1e12, 1e9, 1e18),
+    FigureSpec("attention_bandwidth", "GPU attention read rate", "GB/s", 1e9, 1e9, 1e14),
+    FigureSpec("d2h", "Link, GPU→host", "GB/s", 1e9, 1e7, 1e13),
+    FigureSpec("pageable", "Link, pageable memory", "GB/s", 1e9, 1e7, 1e13, optional=True),
+    FigureSpec("link_latency", "Link latency per copy", "µs", 1e-6, 1e-9, 1.0, zero=True),
+    FigureSpec("host_memory", "Host memory", "GB", 1e9, 1e8, 1e15),
+    FigureSpec("host_flops", "CPU rate", "GFLOP/s", 1e9, 1e9, 1e18),
+    FigureSpec("disk_read", "Disk read", "GB/s", 1e9, 1e7, 1e13),
+    FigureSpec("disk_write", "Disk write", "GB/s", 1e9, 1e7, 1e13),
+    FigureSpec("disk_latency", "Disk read latency", "µs", 1e-6, 1e-9, 1.0, zero=True),
+    FigureSpec("disk_capacity", "Disk capacity", "GB", 1e9, 1e9, 1e16, optional=True),
+)
+# spec/hardware.py's checks between figures: attention at most 2% above the memory's rate, the
+# pageable rate at most the pinned host→GPU one
+ATTENTION_SLACK = 1.02
+
+
+def machine_figures(system: System) -> dict[str, float | None]:
+    """Return the figures the step model reads from a system, in base units (None: not given)."""
+    link, host, st = system.link, system.host, system.storage
+    return {
+        "gpu_memory": system.gpu_memory,
+        "gpu_bandwidth": system.gpu.streaming_bandwidth,
+        "h2d": link.h2d_bandwidth.value,
+        "host_bandwidth": host.memory_bandwidth.value,
+        "gpu_flops": system.compute_rate,
+        "attention_bandwidth": system.gpu.attention_rate,
+        "d2h": link.d2h_bandwidth.value,
+        "pageable": link.pageable_bandwidth.value if link.pageable_bandwidth else None,
+        "link_latency": link.latency.value,
+        "host_memory": system.host_memory,
+        "host_flops": host.flops.value,
+        "disk_read": st.read_bandwidth.value,
+        "disk_write": st.write_bandwidth.value,
+        "disk_latency": st.read_latency.value,
+        "disk_capacity": system.disk_capacity,
+    }
+
+
+def profile_mapping(figures: dict[str, float | None], name: str = "calculator machine") -> dict:
+    """Return an inline hardware profile whose System has exactly ``figures`` (machine_figures' keys).
+
+    One GPU holding the whole GPU memory, its achievable bandwidth as its rating, the dense rate
+    reached as its peak (efficiency 1); the link's raw rate the faster of its two directions.
+    """
+    f = figures
+    gpu = {
+        "name": name,
+        "memory": f"{f['gpu_memory']!r} B",
+        "memory_bandwidth": f"{f['gpu_bandwidth']!r} B/s",
+        "memory_bandwidth_achievable": f"{f['gpu_bandwidth']!r} B/s",
+        "attention_bandwidth": f"{f['attention_bandwidth']!r} B/s",
+        "flops_bf16": f"{f['gpu_flops']!r} FLOP/s",
+    }
+    link = {
+        "name": name,
+        "raw_bandwidth": f"{max(f['h2d'], f['d2h'])!r} B/s",
+        "h2d_bandwidth": f"{f['h2d']!r} B/s",
+        "d2h_bandwidth": f"{f['d2h']!r} B/s",
+        "latency": f"{f['link_latency']!r} s",
+    }
+    if f["pageable"] is not None:
+        link["pageable_bandwidth"] = f"{f['pageable']!r} B/s"
+    host = {
+        "name": name,
+        "memory": f"{f['host_memory']!r} B",
+        "memory_bandwidth": f"{f['host_bandwidth']!r} B/s",
+        "flops": f"{f['host_flops']!r} FLOP/s",
+    }
+    storage = {
+        "name": name,
+        "read_bandwidth": f"{f['disk_read']!r} B/s",
+        "write_bandwidth": f"{f['disk_write']!r} B/s",
+        "read_latency": f"{f['disk_latency']!r} s",
+    }
+    if f["disk_capacity"] is not None:
+        storage["capacity"] = f"{f['disk_capacity']!r} B"
+    return {"id": "calculator", "name": name, "gpu": gpu, "link": link, "host": host,
+            "storage": storage}  # fmt: skip
+
+
+def scenario_for(inputs: dict[str, Any]) -> dict[str, Any]:
+    """Return the scenario mapping (as `kvoffload predict` reads it) for the page's inputs.
+
+    ``inputs``: ``machine`` (a catalog id), ``figures`` (base units, overriding the machine's;
+    may be empty), ``model``, ``weights_format``, ``kv_format``, ``prompt``, ``generate``,
+    ``batch``, ``weights`` and ``kv`` (shares ``{gpu, cpu, disk}``), ``attention``, ``overlap``
+    and ``pinned``. Without overrides the hardware is the catalog id itself.
+    """
+    overrides = inputs.get("figures") or {}
+    if overrides:
+        figures = {**machine_figures(load_system(inputs["machine"])), **overrides}
+        hardware: str | dict = profile_mapping(figures)
+    else:
+        hardware = inputs["machine"]
+    return {
+        "hardware": hardware,
+        "model": inputs["model"],
+        "engine": "generic",
+        "precision": {"weights": inputs["weights_format"], "kv": inputs["kv_format"]},
+        "workload": {
+            "batch": int(inputs["batch"]),
+            "prompt": int(inputs["prompt"]),
+            "generate": int(inputs["generate"]),
+        },
+        "placement": {"weights": dict(inputs["weights"]), "kv": dict(inputs["kv"])},
+        "attention": inputs["attention"],
+        "overlap": inputs["overlap"],
+        "pinned": bool(inputs["pinned"]),
+    }
+
+
+def _number(x: float) -> float | int:
+    """Return ``x`` as an int when it is one (a shorter JSON text, the same double)."""
+    x = float(x)
+    return int(x) if x.is_integer() and abs(x) < 2**53 else x
+
+
+def _numbers(values: np.ndarray) -> list:
+    return [_number(v) for v in np.asarray(values, dtype=np.float64)]
+
+
+def _runs(order: tuple[int, ...]) -> list[list[int]]:
+    """Return ``order`` run-length encoded: [[class, count], ...]."""
+    out: list[list[int]] = []
+    for c in order:
+        if out and out[-1][0] == c:
+            out[-1][1] += 1
+        else:
+            out.append([c, 1])
+    return out
+
+
+def layer_classes(model: Model, fmt: WeightFormat) -> dict[str, Any]:
+    """Return ``decode.layers`` for one weight format as the page reads it (windows: None = full)."""
+    lay = decode.layers(model, fmt)
+    return {
+        "count": _numbers(lay.count),
+        "order": _runs(lay.order),
+        "window": [None if np.isinf(w) else _number(w) for w in lay.window],
+        "kv_per_token": _numbers(lay.kv_per_token),
+        "weight_bytes": _numbers(lay.weight_bytes),
+        "expert_bytes": _numbers(lay.expert_bytes),
+        "dense_flops": _numbers(lay.dense_flops),
+        "attn_flops": _numbers(lay.attn_flops),
+        "state_values": _numbers(lay.state_values),
+        "resident_bytes": _number(decode.resident_weight_bytes(model, fmt)),
+    }
+
+
+def working_row_bytes(model: Model) -> float:
+    """Return the prefill working set per token row (B): ``memory``'s chunked, fused-kernel case.
+
+    Without the score matrix, ``working_memory.prefill_working_bytes`` grows linearly with the
+    rows a pass holds, ``min(batch x prompt, CHUNK_TOKENS)``: the page multiplies this by them.
+    """
+    one = working_memory.prefill_working_bytes(
+        model, 1, 1, chunk=working_memory.CHUNK_TOKENS, scores=False
+    )
+    return float(one)
+
+
+def model_entry(model: Model) -> dict[str, Any]:
+    """Return one model's constants, layer classes per weight format and KV bytes per KV format."""
+    lay = decode.layers(model, WeightFormat.BF16)
+    return {
+        "id": model.id,
+        "name": model.name,
+        "max_positions": model.max_positions,
+        "moe": model.moe is not None,
+        "expert_use": list(lay.expert_use),
+        "qo_bytes": _number(lay.qo_bytes),
+        "working_row_bytes": _number(working_row_bytes(model)),
+        "kv_token_bytes": {
+            f.value: _number(kv.attention_layer_token_bytes(model, f)) for f in KvFormat
+        },
+        "layers": {f.value: layer_classes(model, f) for f in WeightFormat},
+    }
+
+
+def calculator_data() -> dict[str, Any]:
+    """Return everything the calculator page evaluates, JSON-ready (no NaN, no infinity)."""
+    machines = []
+    for sid in system_ids():
+        system = load_system(sid)
+        machines.append({"id": sid, "name": system.name, "figures": machine_figures(system)})
+    return {
+        "version": VERSION,
+        "budget_ms": BUDGET_MS,
+        "chunk_tokens": working_memory.CHUNK_TOKENS,
+        "activation_bytes": working_memory.FP16,
+        "overlap_modes": list(decode.OVERLAP_MODES),
+        "streams": list(decode.STREAMS),
+        "stream_names": dict(decode.STREAM_NAMES),
+        "figures": [asdict(f) for f in FIGURES],
+        "attention_slack": ATTENTION_SLACK,
+        "machines": machines,
+        "weight_formats": [f.value for f in WeightFormat],
+        "kv_formats": [f.value for f in KvFormat],
+        "state_value_bytes": {f.value: kv.state_value_bytes(f) for f in KvFormat},
+        "models": [model_entry(load_model(mid)) for mid in model_ids()],
+    }
