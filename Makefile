@@ -3,8 +3,13 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | cksum | cut -d' ' -f1)
+LAB_STAMP := $(VENV)/.lab-installed-$(shell cat requirements-lab.lock | cksum | cut -d' ' -f1)
+LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
+# the fallback fonts' sources (npm, SIL OFL 1.1) and the subsetter, pinned
+FONT_PACKAGES := @expo-google-fonts/noto-sans-kr@0.4.3 @expo-google-fonts/noto-emoji@0.4.7
+FONT_TOOLS := fonttools==4.68.0 brotli==1.2.1
 
-.PHONY: venv book test lint format bench clean
+.PHONY: venv book test lint format bench clean lab fonts
 
 venv: $(STAMP)
 
@@ -41,6 +46,33 @@ bench: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.bench_cli
 	$(BIN)/python -m tests.benchmarks.bench_book
 	$(BIN)/python -m tests.benchmarks.bench_decode
+
+# JupyterLab (pinned in requirements-lab.lock, kept out of `make book` and `make test`).
+$(LAB_STAMP): $(STAMP) requirements-lab.lock
+	@echo "installing pinned JupyterLab into $(VENV) (first run only)"
+	@bash -o pipefail -c '$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements-lab.lock 2>&1 | { grep -v "^WARNING: Location" || true; }'
+	@mkdir -p $(dir $(LAB_SETTINGS))
+	@echo '{"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"markdown": "Jupytext Notebook", "myst": "Jupytext Notebook"}}}' > $(LAB_SETTINGS)
+	@rm -f $(VENV)/.lab-installed-*
+	@touch $@
+
+# The chapters as notebooks in JupyterLab: notebooks/*.md open as notebooks (Jupytext, paired with
+# a git-ignored .ipynb by notebooks/jupytext.toml), the kernel is the venv's, kvoffload importable.
+lab: $(LAB_STAMP)
+	cd notebooks && ../$(BIN)/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root,) $(LAB_ARGS)
+
+# Re-subset the fallback fonts in book/_static/fonts/ to the Hangul and marks the sources use
+# (after adding Korean text; tests/test_fonts.py says when). Needs npm; fetches pinned packages.
+fonts: $(STAMP)
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	(cd "$$tmp" && npm pack --silent $(FONT_PACKAGES) >/dev/null && \
+	  for f in *.tgz; do mkdir -p "$${f%.tgz}" && tar xzf "$$f" -C "$${f%.tgz}"; done) && \
+	$(BIN)/python -m pip install -q --disable-pip-version-check --target "$$tmp/py" $(FONT_TOOLS) && \
+	PYTHONPATH="$$tmp/py" $(BIN)/python -c 'import sys; from pathlib import Path; \
+	from kvoffload.build.assets import subset_fonts; \
+	print(subset_fonts(Path("."), Path(sys.argv[1]), Path(sys.argv[2])))' \
+	  "$$tmp"/*noto-sans-kr*/package/400Regular/NotoSansKR_400Regular.ttf \
+	  "$$tmp"/*noto-emoji*/package/400Regular/NotoEmoji_400Regular.ttf
 
 clean:
 	rm -rf $(VENV) _build book/generated .pytest_cache .hypothesis
