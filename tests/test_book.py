@@ -51,6 +51,13 @@ def test_every_page_exists(built_book):
         assert (html / name).is_file(), name
     assert (html / "book/generated/machines.html").is_file()
     assert (html / "book/generated/t4-pcie3/index.html").is_file()
+    # the calculator at the site's root, with its script, linked from the intro and the sidebar
+    assert (html / "calculator.html").is_file()
+    assert (html / "_static/calculator/calculator.js").is_file()
+    assert 'href="../calculator.html"' in (html / "book/intro.html").read_text(encoding="utf-8")
+    assert 'href="../calculator.html"' in (html / "book/calculator.html").read_text(
+        encoding="utf-8"
+    )
 
 
 def test_no_page_has_an_error_or_an_offsite_asset(built_book):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from kvoffload.build.assets import catalog_bib, vendor_assets
 from kvoffload.build.jupyterbook import build_and_swap
+from kvoffload.build.pages import prepare_page
 from kvoffload.build.profiles import resolve_profile
 from kvoffload.build.runner import (
     Job,
@@ -16,6 +17,7 @@ from kvoffload.build.runner import (
     chapters,
     check_parameters,
     declared_parameters,
+    per_profile,
     run_jobs,
     select,
 )
@@ -63,6 +65,9 @@ def run_for_profile(
     (src / "book" / "generated").mkdir(parents=True)
     for job in jobs:
         shutil.copy2(job.out, src / job.out.name)
+        # the page's copy: its title names the machine, its parameters show folded
+        machine = profile.system if per_profile(job.chapter) else None
+        prepare_page(src / job.out.name, job.chapter, machine)
     shutil.copytree(
         root / "book" / "_static", src / "book" / "_static", ignore=shutil.ignore_patterns("vendor")
     )

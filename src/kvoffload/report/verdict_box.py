@@ -1,0 +1,182 @@
+"""The verdict box a page opens with, and the Machines page's cross-machine table.
+
+Every string from a profile or a model is escaped: the box is raw HTML on the page (one block,
+no blank line, so Markdown pages can carry it as it is), the table Markdown.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Callable, Sequence
+
+from kvoffload.studies.verdict import MACHINE_CONTEXTS, MachineRow, Verdict, describe
+
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>|#!])")
+
+
+def ms(x: float) -> str:
+    """Format milliseconds for the page: '9.60', '140.7', '1,052.9'."""
+    return f"{x:.2f}" if x < 10 else f"{x:,.1f}"
+
+
+def times(x: float) -> str:
+    """Format a ratio: '14.7'."""
+    return f"{x:,.1f}"
+
+
+def tokens(n: int) -> str:
+    """Format a token count with thousands separators: '10,210'."""
+    return f"{int(n):,}"
+
+
+def machine_label(name: str) -> str:
+    """Return a machine's short name for titles: its GPU and link ("T4 16GB, PCIe 3.0 x16")."""
+    head = ", ".join(name.split(", ")[:2])
+    return head + ")" * (head.count("(") - head.count(")"))
+
+
+def _span(cls: str, text: str) -> str:
+    return f'<span class="{cls}">{html.escape(text)}</span>'
+
+
+def verdict_html(v: Verdict) -> str:
+    """Return the verdict box as one HTML block (class ``verdict``), every string escaped."""
+    budget = f"{v.budget_ms:g} ms"
+    gpu_note = (
+        " (weights and cache do not fit this GPU: a step it cannot hold)"
+        if not v.gpu_fits
+        else (f", within the {budget} budget" if v.meets_on_gpu else f", over the {budget} budget")
+    )
+    off_note = "" if v.offloaded_fits else " (does not fit this machine)"
+    if v.weights_gpu_share < 1:
+        off_note += f", with {100 * v.weights_gpu_share:.0f}% of the weights on the GPU"
+    if v.longest_offloaded == 0:
+        longest = f"none ({_span('verdict-longest', '0')} tokens): even the shortest misses it"
+    elif v.longest_is_window:
+        longest = (
+            f"{_span('verdict-longest', tokens(v.longest_offloaded))} tokens, more than the "
+            f"model's whole {tokens(v.max_context or 0)}-token window"
+        )
+    else:
+        longest = f"{_span('verdict-longest', tokens(v.longest_offloaded))} tokens"
+    items = [
+        f"Cache on the GPU: {_span('verdict-gpu-ms', ms(v.gpu_ms))} ms per token"
+        f"{html.escape(gpu_note)}.",
+        f"Cache offloaded to host memory: {_span('verdict-offloaded-ms', ms(v.offloaded_ms))} ms "
+        f"per token, {_span('verdict-ratio', times(v.ratio))}× the all-GPU step"
+        f"{html.escape(off_note)}.",
+        f"Longest context within {html.escape(budget)} with the cache offloaded: {longest}.",
+        f"What fits: {html.escape(v.fits_sentence())}",
+    ]
+    attrs = (
+        f'class="verdict" data-profile="{html.escape(v.system_id)}" '
+        f'data-context="{v.workload.context}" data-batch="{v.workload.batch}"'
+    )
+    return (
+        f"<div {attrs}>\n"
+        f'<p class="verdict-head"><strong>Verdict</strong> for '
+        f"{_span('verdict-machine', machine_label(v.system_name))}: "
+        f"{_span('verdict-workload', describe(v.workload))}.</p>\n"
+        "<ul>\n" + "\n".join(f"<li>{i}</li>" for i in items) + "\n</ul>\n</div>"
+    )
+
+
+def verdict_text(v: Verdict) -> str:
+    """Return the verdict as plain text (a notebook's text output)."""
+    return re.sub(r"<[^>]+>", "", html.unescape(verdict_html(v)))
+
+
+class VerdictBox:
+    """A verdict that a notebook cell shows as the box (HTML) or as text."""
+
+    def __init__(self, v: Verdict) -> None:
+        self.verdict = v
+
+    def _repr_html_(self) -> str:
+        return verdict_html(self.verdict)
+
+    def __repr__(self) -> str:
+        return verdict_text(self.verdict)
+
+
+def box(v: Verdict) -> VerdictBox:
+    """Return the verdict box for a notebook cell's output."""
+    return VerdictBox(v)
+
+
+def md_escape(text: str) -> str:
+    """Escape Markdown's inline punctuation so a name prints as it is (in a table cell too)."""
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
+def _fits(r: MachineRow) -> str:
+    if not r.weights_fit:
+        return "no: the weights overflow it"
+    if not r.longest_on_gpu:
+        return "the weights, no cache"
+    return f"yes, cache to {tokens(r.longest_on_gpu)} tokens"
+
+
+def machines_table(rows: Sequence[MachineRow], link: Callable[[MachineRow], str]) -> str:
+    """Return the cross-machine table as Markdown; ``link`` gives each row's (Markdown) link cell."""
+    head = [
+        "machine",
+        "link (GB/s)",
+        *[f"TPOT at {c // 1000}K: GPU / offloaded (ms)" for c in MACHINE_CONTEXTS],
+        "longest context within budget, offloaded",
+        "model fits the GPU",
+    ]
+    lines = [
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join(["---", *["--:"] * (len(head) - 2), "---"]) + "|",
+    ]
+    for r in rows:
+        cells = [
+            link(r),
+            f"{r.link_gbs:,.1f}",
+            *[f"{ms(g)} / {ms(o)}" for g, o in zip(r.on_gpu_ms, r.offloaded_ms, strict=True)],
+            tokens(r.longest_offloaded) if r.longest_offloaded else "none",
+            _fits(r),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def answer(ref: Verdict, fast: Verdict) -> str:
+    """Return the book's answer in three sentences (Markdown): the article's machine, then the
+    catalog machine whose link makes the offloaded step fastest."""
+    model, n = md_escape(ref.model_name), tokens(ref.workload.context)
+    first = (
+        f"On the article's machine, {model} decodes a "
+        f"{n}-token request in {ms(ref.gpu_ms)} ms per token with its KV cache on the GPU and "
+        f"in {ms(ref.offloaded_ms)} ms, {times(ref.ratio)} times as long, with the cache in "
+        f"host memory: every layer's cache crosses the {ref.link_gbs:,.1f} GB/s link on every "
+        "step."
+    )
+    budget = f"{ref.budget_ms:g} ms"
+    allows = (
+        f"at most {tokens(ref.longest_offloaded)} tokens of context"
+        if ref.longest_offloaded
+        else "no context at all"
+    )
+    if ref.longest_on_gpu >= ref.workload.context:
+        room = (
+            f"while the GPU itself has room for the weights and {tokens(ref.longest_on_gpu)} "
+            "tokens of cache: offloading buys room this request does not need"
+        )
+    else:
+        room = (
+            f"and the GPU itself holds the weights and only {tokens(ref.longest_on_gpu)} tokens "
+            "of cache: a smaller cache format or shorter context is the cheaper way to make room"
+        )
+    second = f"A {budget} per-token budget then allows {allows} with the cache offloaded, {room}."
+    within = f", within the {budget} budget" if fast.meets_offloaded else ""
+    over = machine_label(fast.system_name).replace(", ", " over ", 1)
+    third = (
+        f"Only a much faster link changes the answer: on the {md_escape(over)}, "
+        f"whose link copies {fast.link_gbs:,.0f} GB/s, the same request takes "
+        f"{ms(fast.offloaded_ms)} ms per token with the cache offloaded{within}, "
+        f"{times(fast.ratio)} times its all-GPU step."
+    )
+    return f"{first} {second} {third}"
