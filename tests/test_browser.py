@@ -3,79 +3,40 @@ search answers, the console stays clean, and nothing is fetched from another hos
 
 from __future__ import annotations
 
-import functools
-import os
-import shutil
-import threading
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlparse
-
 import pytest
 
 from kvoffload.build.runner import chapters, per_profile
+from tests.browser_support import ARGS, block_offhost, require_chromium, serve
 from tests.conftest import BOOK_PROFILES
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
 
 @pytest.fixture(scope="module")
 def browser():
-    if not CHROMIUM:
-        message = "Chromium not found: install it with 'apt-get install chromium' to run the browser tests"
-        if os.environ.get("KVOFFLOAD_REQUIRE_BROWSER"):
-            pytest.fail(message)
-        pytest.skip(message)
+    chromium = require_chromium()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        b = p.chromium.launch(executable_path=chromium, args=ARGS)
         yield b
         b.close()
-
-
-class _Quiet(SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
 
 
 @pytest.fixture(scope="module")
 def site(built_book):
     root, _ = built_book
-    handler = functools.partial(_Quiet, directory=str(root / "_build" / "html"))
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield root, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with serve(root / "_build" / "html") as base:
+        yield root, base
 
 
 def _open(browser, url):
     """Open ``url`` with every off-host request blocked and recorded; return page, errors, off-host."""
     page = browser.new_page()
     errors: list[str] = []
-    offhost: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
-
-    def route(r):
-        if urlparse(r.request.url).hostname not in ("127.0.0.1", None):
-            offhost.append(r.request.url)
-            return r.abort()
-        return r.continue_()
-
-    page.route("**/*", route)
+    offhost = block_offhost(page)
     page.goto(url, wait_until="load")
     return page, errors, offhost
 

@@ -9,14 +9,8 @@ a refusal), then predicts the same scenario with ``kvoffload.engines.scenario``.
 
 from __future__ import annotations
 
-import functools
 import math
-import os
 import random
-import shutil
-import threading
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlparse
 
 import pytest
 import yaml
@@ -30,56 +24,33 @@ from kvoffload.spec.hardware import load_system, system_ids
 from kvoffload.spec.models import load_model, model_ids
 from kvoffload.spec.precision import KvFormat, WeightFormat
 from kvoffload.studies.calculator_data import FIGURES, machine_figures, scenario_for
+from tests.browser_support import ARGS, block_offhost, require_chromium, serve
 
 pytestmark = pytest.mark.slow
 
 POINTS = 1000
 TOLERANCE = 1e-3  # the issue's 0.1%
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
-
-
-class _Quiet(SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
 
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
     """The calculator page open in Chromium, with off-host requests aborted and recorded."""
-    if not CHROMIUM:
-        message = "Chromium not found: install it with 'apt-get install chromium' to run the browser tests"
-        if os.environ.get("KVOFFLOAD_REQUIRE_BROWSER"):
-            pytest.fail(message)
-        pytest.skip(message)
+    chromium = require_chromium()
     from playwright.sync_api import sync_playwright
 
     root = tmp_path_factory.mktemp("calculator")
     calculator_page.write_calculator(root)
-    handler = functools.partial(_Quiet, directory=str(root))
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     errors: list[str] = []
-    offhost: list[str] = []
-
-    def route(r):
-        if urlparse(r.request.url).hostname not in ("127.0.0.1", None):
-            offhost.append(r.request.url)
-            return r.abort()
-        return r.continue_()
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+    with serve(root) as base, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=ARGS)
         pg = browser.new_page(viewport={"width": 1440, "height": 900})
         pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         pg.on("pageerror", lambda e: errors.append(str(e)))
-        pg.route("**/*", route)
-        pg.goto(f"http://127.0.0.1:{server.server_address[1]}/{calculator_page.PAGE}")
+        offhost = block_offhost(pg)
+        pg.goto(f"{base}/{calculator_page.PAGE}")
         pg.wait_for_function("window.kvoCalc !== undefined")
         yield pg, errors, offhost
         browser.close()
-    server.shutdown()
 
 
 # ------------------------------------------------------------------------ random points ------

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from urllib.parse import urlparse
 
 import pytest
 
+from tests.browser_support import block_offhost
 from tests.test_browser import browser, site  # noqa: F401  (fixtures, used by name)
 
 pytestmark = pytest.mark.slow
@@ -96,15 +96,7 @@ def _load(browser, url, viewport, dark=False):  # noqa: F811
         ),
     )
     page.on("pageerror", lambda e: messages.append(f"pageerror: {e}"))
-    offhost: list[str] = []
-
-    def route(r):
-        if urlparse(r.request.url).hostname not in ("127.0.0.1", None):
-            offhost.append(r.request.url)
-            return r.abort()
-        return r.continue_()
-
-    page.route("**/*", route)
+    offhost = block_offhost(page)
     page.goto(url, wait_until="load")
     n = page.locator(".kvoffload-chart").count()
     if n:
