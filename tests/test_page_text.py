@@ -375,17 +375,16 @@ def test_no_page_shows_a_repr_a_doubled_word_or_a_dashed_flag(built_book):
 
 @pytest.mark.slow
 def test_no_page_scrolls_sideways_at_390px_and_key_columns_show_first(built_book):
-    from tests.test_browser import ARGS, CHROMIUM
+    from tests.browser_support import ARGS, require_chromium
 
-    if not CHROMIUM:
-        pytest.skip("Chromium not found: install it with 'apt-get install chromium'")
+    chromium = require_chromium()
     from playwright.sync_api import sync_playwright
 
     root, _ = built_book
     pages = _site_pages(root)
     wide = {}
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        browser = p.chromium.launch(executable_path=chromium, args=ARGS)
         page = browser.new_page(viewport={"width": 390, "height": 844})
         page.route(
             "**/*", lambda r: r.continue_() if r.request.url.startswith("file:") else r.abort()
