@@ -20,6 +20,9 @@ $(STAMP): requirements.lock pyproject.toml
 	@echo "installing pinned dependencies into $(VENV) (first run only)"
 	@bash -o pipefail -c '$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements.lock 2>&1 | { grep -v "^WARNING: Location" || true; }'
 	@bash -o pipefail -c '$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -e . 2>&1 | { grep -v "^WARNING: Location" || true; }'
+	@# an editable install leaves the sources uncompiled: compile them once here, so that a
+	@# command started with PYTHONDONTWRITEBYTECODE=1 does not recompile the package every time
+	@$(BIN)/python -m compileall -q src/kvoffload
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 

@@ -14,7 +14,16 @@ import pytest
 
 from tests.conftest import REPO
 
-BOOK_ONLY = ("pandas", "altair", "nbformat", "papermill", "jupyter_book", "jupytext", "tqdm")
+BOOK_ONLY = (
+    "pandas",
+    "altair",
+    "nbformat",
+    "papermill",
+    "jupyter_book",
+    "myst_nb",
+    "jupytext",
+    "tqdm",
+)
 
 SCENARIO = """\
 hardware: a100-80gb-sxm-pcie4
@@ -183,6 +192,28 @@ def test_commands_import_none_of_the_book_packages(args, tmp_path):
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["code"] == 0, r.stderr
     assert out["heavy"] == []
+
+
+def test_help_imports_only_the_standard_library_and_the_cli():
+    """`kvoffload --help` is answered before numpy, pydantic or yaml load (issue 16, item 4)."""
+    script = textwrap.dedent(
+        """
+        import contextlib, io, json, sys
+        from kvoffload.cli import main
+        with contextlib.redirect_stdout(io.StringIO()):
+            try:
+                main(["--help"])
+            except SystemExit:
+                pass
+        print(json.dumps(sorted({m.split(".")[0] for m in sys.modules})))
+        """
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert r.returncode == 0, r.stderr
+    loaded = set(json.loads(r.stdout.strip().splitlines()[-1]))
+    assert loaded.isdisjoint({"numpy", "pydantic", "yaml", *BOOK_ONLY})
 
 
 def test_measure_on_a_core_install_writes_a_profile_that_loads(core):

@@ -1,6 +1,9 @@
-"""Benchmark: how long the CLI takes to refuse bad input, and to answer a kv query.
+"""Benchmark: how long the CLI takes to start, to refuse bad input and to answer a kv query, and
+how long one generic configuration takes to predict in process.
 
-Run with `make bench`. Prints figures; asserts nothing (speed is measured here, not tested).
+Run with `make bench`. Prints `name: value` figures; asserts nothing (speed is measured here, not
+tested). Issue 16's targets: cli_help_s and cli_hardware_validate_s at most 0.2 s, config_us at
+most 25 us.
 """
 
 from __future__ import annotations
@@ -14,6 +17,56 @@ from pathlib import Path
 
 from tests.test_cli import BAD_PROFILES
 
+# a profile as a user writes one: catalog parts by name, a measured figure, bare values
+GOOD_PROFILE = """\
+id: my-box
+name: "A100 80GB on PCIe 4, my own host"
+gpu: {base: a100-80gb-sxm}
+link:
+  base: pcie4-x16
+  h2d_bandwidth: {value: "22 GB/s", kind: measured, source: "my nvbandwidth run"}
+host: {memory: 512 GB, memory_bandwidth: 200 GB/s, flops: 3 TFLOP/s, name: "2x EPYC"}
+storage: {name: nvme, read_bandwidth: 7 GB/s, write_bandwidth: 5 GB/s, read_latency: 80 us}
+"""
+
+SCENARIO = {
+    "hardware": "a100-80gb-sxm-pcie4",
+    "model": "llama-3.1-8b",
+    "engine": "generic",
+    "precision": {"weights": "bf16", "kv": "bf16"},
+    "workload": {"batch": 1, "prompt": 128000, "generate": 32},
+    "placement": {"weights": {"gpu": 1.0}, "kv": {"cpu": 1.0}},
+    "attention": "gpu",
+    "overlap": "none",
+    "pinned": True,
+}
+
+
+def _median(args: list[str], repeat: int = 5) -> float:
+    """Return the median wall time of `kvoffload ARGS`, a new process each time."""
+    runs = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        r = subprocess.run([sys.executable, "-m", "kvoffload", *args], capture_output=True)
+        runs.append(time.perf_counter() - t0)
+        if r.returncode != 0:
+            raise SystemExit(f"kvoffload {' '.join(args)} failed: {r.stderr.decode()}")
+    return statistics.median(runs)
+
+
+def _config_us(repeat: int = 2000) -> float:
+    """Return the median time of one `predict` of a generic scenario in process, in µs."""
+    from kvoffload.engines.scenario import parse_scenario, predict
+
+    sc = parse_scenario(SCENARIO)
+    predict(sc)  # the first call fills the per-model caches
+    runs = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        predict(sc)
+        runs.append(time.perf_counter() - t0)
+    return statistics.median(runs) * 1e6
+
 
 def _time(args: list[str], repeat: int = 3) -> float:
     runs = []
@@ -26,6 +79,11 @@ def _time(args: list[str], repeat: int = 3) -> float:
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
+        good = Path(tmp) / "mine.yaml"
+        good.write_text(GOOD_PROFILE)
+        print(f"cli_help_s: {_median(['--help']):.3f}")
+        print(f"cli_hardware_validate_s: {_median(['hardware', 'validate', str(good)]):.3f}")
+        print(f"cli_kv_s: {_median(['kv', 'llama-3.1-8b', '--seq', '8000']):.3f}")
         times = {}
         for case, (text, _) in sorted(BAD_PROFILES.items()):
             path = Path(tmp) / f"{case}.yaml"
@@ -37,6 +95,7 @@ def main() -> None:
     print(f"bad_input_worst_s: {times[worst]:.3f} ({worst})")
     print(f"kv_query_s: {_time(['kv', 'llama-3.1-8b', '--seq', '128000', '--json']):.3f}")
     print(f"hardware_show_s: {_time(['hardware', 'show', 'a100-80gb-sxm-pcie4', '--json']):.3f}")
+    print(f"config_us: {_config_us():.1f}")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ and FlexGen's own memory constraint: its LP's peak GPU memory (cost_model.py L28
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, replace
 from functools import cache
 
@@ -564,6 +563,24 @@ def refine(
     return lat, np.clip(x, 0.0, 1.0), f
 
 
+def _product(*axes: np.ndarray) -> np.ndarray:
+    """Return every combination of the rows of ``axes``, in itertools.product's order."""
+    index = np.indices([len(a) for a in axes]).reshape(len(axes), -1)
+    return np.concatenate([np.asarray(a)[i] for a, i in zip(axes, index, strict=True)], axis=1)
+
+
+@cache
+def _coarse_grid() -> tuple[np.ndarray, np.ndarray]:
+    """Return the coarse lattice (GPU batch size, GPU batches, attention side, activations
+    side) and the coarse shares (wG, wC, cG, cC), one row each, read-only."""
+    column = lambda v: np.asarray(v, dtype=np.float64)[:, None]  # noqa: E731
+    lattice = _product(column(GBS), column(NB), column((0.0, 1.0)), column(ACT_GPU))
+    halves = np.asarray(HALVES, dtype=np.float64)
+    shares = _product(halves, halves)
+    lattice.flags.writeable = shares.flags.writeable = False
+    return lattice, shares
+
+
 def search(sc: Scenario) -> tuple[Policies, Costs, int]:
     """Return the policies tried that FlexGen's LP admits, their costs, and the best one's index.
 
@@ -572,8 +589,7 @@ def search(sc: Scenario) -> tuple[Policies, Costs, int]:
     policies a pattern search moves the shares continuously and the lattice point by steps.
     The best is the highest throughput that fits every tier (-1: none does).
     """
-    lattice = np.array(list(itertools.product(GBS, NB, (0.0, 1.0), ACT_GPU)), dtype=np.float64)
-    shares = np.array([(*a, *b) for a in HALVES for b in HALVES])
+    lattice, shares = _coarse_grid()
     lat = np.repeat(lattice, len(shares), axis=0)
     x = np.tile(shares, (len(lattice), 1))
     pol = policies(lat[:, 0], lat[:, 1], lat[:, 2], lat[:, 3], x)

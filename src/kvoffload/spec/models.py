@@ -321,14 +321,23 @@ class Model:
         return np.array([sizes[k] for k in self.kinds], dtype=np.int64)
 
     # -- parameters ------------------------------------------------------------------------
+    # The model is frozen: what is counted from its tensors is counted once per instance and
+    # kept in its __dict__ (outside the dataclass fields, so equality, hashing and
+    # dataclasses.replace do not see it). Cached arrays are read-only.
+    def _memo(self, key: Any, make: Any) -> Any:
+        memo = self.__dict__.setdefault("_counted", {})
+        if key not in memo:
+            memo[key] = make()
+        return memo[key]
+
     def tensors(self) -> tuple[Tensor, ...]:
         """Return every weight tensor class of the model."""
-        return _tensors(self)
+        return self._memo("tensors", lambda: _tensors(self))
 
     @property
     def params(self) -> int:
         """Return the total number of parameters."""
-        return sum(t.params for t in self.tensors())
+        return self._memo("params", lambda: sum(t.params for t in self.tensors()))
 
     @property
     def active_params(self) -> int:
@@ -352,10 +361,16 @@ class Model:
 
     def tensor_bytes(self, fmt: WeightFormat) -> tuple[tuple[Tensor, int], ...]:
         """Return every weight tensor class with its bytes in format ``fmt``."""
-        return tuple((t, _tensor_bytes(self, t, fmt)) for t in self.tensors())
+        return self._memo(
+            ("tensor_bytes", fmt),
+            lambda: tuple((t, _tensor_bytes(self, t, fmt)) for t in self.tensors()),
+        )
 
     def weight_bytes(self, fmt: WeightFormat) -> WeightBytes:
         """Return the weight bytes in format ``fmt``: per layer, embeddings, output layer."""
+        return self._memo(("weight_bytes", fmt), lambda: self._count_weight_bytes(fmt))
+
+    def _count_weight_bytes(self, fmt: WeightFormat) -> WeightBytes:
         per_layer = np.zeros(self.n_layers, dtype=np.int64)
         experts = np.zeros(self.n_layers, dtype=np.int64)
         embedding = output = 0
@@ -369,6 +384,8 @@ class Model:
                 output += b
             else:
                 embedding += b
+        per_layer.flags.writeable = False
+        experts.flags.writeable = False
         return WeightBytes(fmt, per_layer, int(embedding), int(output), experts)
 
 
