@@ -11,6 +11,18 @@ from kvoffload.spec.inputs import MAX_FILE_BYTES
 from tests.conftest import REPO
 from tests.test_inputs import BOMB
 
+# a profile as a user writes one: catalog parts by name, a measured figure, bare values
+GOOD_PROFILE = """\
+id: my-box
+name: "A100 80GB on PCIe 4, my own host"
+gpu: {base: a100-80gb-sxm}
+link:
+  base: pcie4-x16
+  h2d_bandwidth: {value: "22 GB/s", kind: measured, source: "my nvbandwidth run"}
+host: {memory: 512 GB, memory_bandwidth: 200 GB/s, flops: 3 TFLOP/s, name: "2x EPYC"}
+storage: {name: nvme, read_bandwidth: 7 GB/s, write_bandwidth: 5 GB/s, read_latency: 80 us}
+"""
+
 
 def test_kv_acceptance(cli):
     r = cli("kv", "llama-3.1-8b", "--seq", "128000", "--json")
@@ -77,19 +89,7 @@ def test_hardware_show_human(cli):
 
 
 def test_validate_a_good_profile_with_overrides(cli, write):
-    path = write(
-        "mine.yaml",
-        """
-id: my-box
-name: "A100 80GB on PCIe 4, my own host"
-gpu: {base: a100-80gb-sxm}
-link:
-  base: pcie4-x16
-  h2d_bandwidth: {value: "22 GB/s", kind: measured, source: "my nvbandwidth run"}
-host: {memory: 512 GB, memory_bandwidth: 200 GB/s, flops: 3 TFLOP/s, name: "2x EPYC"}
-storage: {name: nvme, read_bandwidth: 7 GB/s, write_bandwidth: 5 GB/s, read_latency: 80 us}
-""",
-    )
+    path = write("mine.yaml", GOOD_PROFILE)
     r = cli("hardware", "validate", path)
     assert r.code == 0, r.err
     shown = cli("hardware", "show", path, "--json").json()

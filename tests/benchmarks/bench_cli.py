@@ -15,19 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.test_cli import BAD_PROFILES
-
-# a profile as a user writes one: catalog parts by name, a measured figure, bare values
-GOOD_PROFILE = """\
-id: my-box
-name: "A100 80GB on PCIe 4, my own host"
-gpu: {base: a100-80gb-sxm}
-link:
-  base: pcie4-x16
-  h2d_bandwidth: {value: "22 GB/s", kind: measured, source: "my nvbandwidth run"}
-host: {memory: 512 GB, memory_bandwidth: 200 GB/s, flops: 3 TFLOP/s, name: "2x EPYC"}
-storage: {name: nvme, read_bandwidth: 7 GB/s, write_bandwidth: 5 GB/s, read_latency: 80 us}
-"""
+from tests.test_cli import BAD_PROFILES, GOOD_PROFILE
 
 SCENARIO = {
     "hardware": "a100-80gb-sxm-pcie4",

@@ -306,7 +306,7 @@ def _kv_token_bytes(model: Model, fmt: KvFormat) -> float:
 
 def _count(*flags: ArrayLike) -> np.ndarray:
     """Return how many of the boolean arrays are true, element by element."""
-    return np.sum(np.broadcast_arrays(*(np.asarray(f, dtype=np.int64) for f in flags)), axis=0)
+    return sum(np.asarray(f, dtype=np.int64) for f in flags)
 
 
 def stream_times(setup: Setup, context: ArrayLike, batch: ArrayLike) -> dict[str, np.ndarray]:

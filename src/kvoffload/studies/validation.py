@@ -81,11 +81,6 @@ class Result:
         """Return predicted over measured (None for a refusal)."""
         return None if self.predicted is None else self.predicted / self.row["measured"]
 
-    @property
-    def error(self) -> float | None:
-        """Return the absolute relative error (None for a refusal)."""
-        return None if self.ratio is None else abs(self.ratio - 1)
-
 
 def run(hardware: dict[str, Any] | None = None, table: str | None = None) -> list[Result]:
     """Predict every measured configuration (of one table), optionally on other profiles.
