@@ -29,6 +29,7 @@ from kvoffload.model import decode, kv
 from kvoffload.model.routing import touched_share
 from kvoffload.spec.errors import InputError
 from kvoffload.spec.hardware import load_system
+from kvoffload.spec.limits import MAX_CONTEXT_TOKENS
 from kvoffload.spec.models import from_hf_config, load_model
 from kvoffload.spec.precision import KvFormat
 
@@ -244,7 +245,7 @@ def test_request_bytes_are_linear_in_context(shape, seqs, fmt):
 def test_max_context_of_a_hybrid_is_the_longest_that_fits(shape, budget, batch):
     m = _hybrid(shape)
     s = int(kv.max_context(m, budget, batch))
-    if s < 10**9:
+    if s < MAX_CONTEXT_TOKENS:
         assert kv.batch_bytes(m, s + 1, batch) > budget
     if s > 0:
         assert kv.batch_bytes(m, s, batch) <= budget

@@ -354,3 +354,178 @@ def test_validate_prints_calibration_and_checks_apart_each_row_with_its_source_v
     refused = [r for r in data["rows"] if r["refused"]]
     assert refused and all(r["predicted"] is None and r["ratio"] is None for r in refused)
     assert data["tables"]["zero-inference-a6000"]["moved"]["from"] == "check"
+
+
+# -- measure and run: where they write ----------------------------------------------------------
+def _no_measuring(monkeypatch):
+    from kvoffload.studies import measure
+
+    def never(*_, **__):
+        raise AssertionError("measured before checking --out")
+
+    monkeypatch.setattr(measure, "run", never)
+    monkeypatch.setattr(measure, "run_plan", never)
+
+
+@pytest.mark.parametrize(
+    ("where", "fragment"),
+    [
+        ("missing/me.yaml", "does not exist"),
+        ("a-file/me.yaml", "is not a directory"),
+        (".", "is a directory"),
+    ],
+)
+def test_measure_refuses_an_unwritable_out_before_measuring(
+    where, fragment, cli, monkeypatch, tmp_path
+):
+    _no_measuring(monkeypatch)
+    (tmp_path / "a-file").write_text("x")
+    out = tmp_path / where
+    r = cli("measure", "--quick", "--quiet", "--out", out, "--dir", tmp_path)
+    assert r.code == 2 and r.out == ""
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1 and f"{out}: --out: " in lines[0] and fragment in lines[0], r.err
+    assert not list(tmp_path.glob(".kvoffload-*"))
+
+
+def test_measure_writes_what_it_measured_and_exits_0(cli, monkeypatch, tmp_path):
+    from kvoffload.studies import measure
+    from tests.test_measure import TINY
+
+    monkeypatch.setattr(measure.Plan, "quick", staticmethod(lambda: TINY))
+    out = tmp_path / "me.yaml"
+    r = cli("measure", "--quick", "--quiet", "--out", out, "--dir", tmp_path)
+    assert r.code == 0, r.err
+    assert f"profile: {out}" in r.out and out.stat().st_mode & 0o022 == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["me.yaml"]  # no scratch, no temp
+
+
+@pytest.mark.parametrize(
+    ("where", "fragment"), [("a-file", "exists and is not a folder"), ("a-file/run", "is a file")]
+)
+def test_run_refuses_an_out_it_cannot_create_in_one_line(where, fragment, cli, tmp_path):
+    pytest.importorskip("nbformat")
+    (tmp_path / "a-file").write_text("x")
+    out = tmp_path / where
+    r = cli("run", "--hardware", "t4-pcie3", "--chapter", "01", "--out", out, "--quiet")
+    assert r.code == 2 and r.out == ""
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1 and f"{out}: --out: " in lines[0] and fragment in lines[0], r.err
+
+
+def test_run_failing_to_write_its_folder_exits_2_in_one_line(cli, monkeypatch, tmp_path):
+    import errno
+
+    pytest.importorskip("nbformat")
+    from kvoffload.build import profile_run, runner
+
+    page = tmp_path / "run" / "html" / "01_memory_tiers.html"
+
+    def full(*_, **__):
+        raise OSError(errno.ENOSPC, "No space left on device", str(page))
+
+    monkeypatch.setattr(runner, "find_root", lambda: REPO)
+    monkeypatch.setattr(profile_run, "run_for_profile", full)
+    r = cli("run", "--hardware", "t4-pcie3", "--out", tmp_path / "run", "--quiet")
+    assert r.code == 2 and r.out == ""
+    assert r.err == f"kvoffload: error: {page}: No space left on device\n"
+
+
+# -- argument bounds and interrupts -----------------------------------------------------------
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (("--seq", "33554433"), "--seq: 33,554,433 is more than 33,554,432 tokens"),
+        (("--seq", "1" + "0" * 40), "--seq: a 41-digit number is more than 33,554,432 tokens"),
+        (("--seq", "1000", "--batch", "8193"), "--batch: 8,193 is more than 8,192 requests"),
+        (("--seq", "1000", "--batch", "x"), "'x' is not a whole number of requests"),
+        (("--seq", "1000", "a\nb\x1b[2J"), r"unrecognized arguments: a\nb\x1b[2J"),
+    ],
+)
+def test_seq_and_batch_past_the_limits_are_refused_in_one_line(args, fragment, cli):
+    r = cli("kv", "llama-3.1-8b", *args)
+    assert r.code == 2 and r.out == ""
+    assert r.err.endswith("\n") and r.err[:-1].isprintable(), r.err  # one line, no escapes
+    assert fragment in r.err, r.err
+
+
+def test_the_largest_batch_is_accepted(cli):
+    r = cli("kv", "llama-3.1-8b", "--seq", "1000", "--batch", "8192", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["batch"] == 8192
+
+
+@pytest.mark.parametrize(
+    ("message", "name", "code"),
+    [("", "SIGINT", 130), ("SIGTERM", "SIGTERM", 143), ("SIGHUP", "SIGHUP", 129)],
+)
+@pytest.mark.parametrize(
+    ("args", "module", "function"),
+    [
+        (("book", "--quiet"), "site", "build_book"),
+        (("run", "--hardware", "t4-pcie3", "--quiet"), "profile_run", "run_for_profile"),
+    ],
+)
+def test_an_interrupted_build_says_so_in_one_line(
+    message, name, code, args, module, function, cli, monkeypatch
+):
+    import importlib
+
+    pytest.importorskip("nbformat")
+    from kvoffload.build import runner
+
+    def stop(*_, **__):
+        raise KeyboardInterrupt(message) if message else KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "find_root", lambda: REPO)
+    monkeypatch.setattr(importlib.import_module(f"kvoffload.build.{module}"), function, stop)
+    r = cli(*args)
+    assert r.code == code and r.out == ""
+    assert r.err == (
+        f"kvoffload: interrupted ({name}); finished chapters stay cached and the last site is kept\n"
+    )
+
+
+def test_another_interrupted_command_says_so_in_one_line(cli, monkeypatch):
+    from kvoffload.spec import hardware
+
+    def stop(*_, **__):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(hardware, "load_system", stop)
+    r = cli("hardware", "show", "t4-pcie3")
+    assert (r.code, r.out, r.err) == (130, "", "kvoffload: interrupted (SIGINT)\n")
+
+
+def test_ctrl_c_in_a_real_process_exits_130_with_one_line():
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, time\n"
+        "from kvoffload import cli\n"
+        "from kvoffload.spec import hardware\n"
+        "def slow(*_):\n"
+        "    print('ready', flush=True)\n"
+        "    time.sleep(60)\n"
+        "hardware.load_system = slow\n"
+        "sys.exit(cli.main(['hardware', 'show', 't4-pcie3']))\n"
+    )
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and out == ""
+    assert err == "kvoffload: interrupted (SIGINT)\n"

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvoffload.model import kv
+from kvoffload.spec.limits import MAX_CONTEXT_TOKENS
 from kvoffload.spec.models import from_hf_config, load_model, model_ids
 from kvoffload.spec.precision import KvFormat
 
@@ -302,7 +303,7 @@ def test_vectorised_over_a_grid():
 def test_max_context_is_the_longest_that_fits(shape, budget, batch):
     m = _model(shape)
     s = int(kv.max_context(m, budget, batch))
-    if s < 10**9:
+    if s < MAX_CONTEXT_TOKENS:
         assert kv.batch_bytes(m, s + 1, batch) > budget
     if s > 0:
         assert kv.batch_bytes(m, s, batch) <= budget

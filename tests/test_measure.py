@@ -159,3 +159,139 @@ def test_cli_quick_then_run_chapter_03(cli_process, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "run" / "html" / "03_decode_timing.html").is_file()
     assert Path(out).read_text().count("kind: measured") >= 5
+
+
+# -- writing the profile ----------------------------------------------------------------------------
+def _unwritable_outs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    """Outs a profile cannot be written to, whoever runs the tests (root included)."""
+    regular = tmp_path / "a-file"
+    regular.write_text("x")
+    return {
+        "missing folder": (tmp_path / "missing" / "me.yaml", "does not exist"),
+        "under a file": (regular / "me.yaml", "is not a directory"),
+        "a directory": (tmp_path, "is a directory"),
+        "not a regular file": (Path("/dev/null"), "not a regular file"),
+        "name too long": (tmp_path / ("x" * 300), "longer than 255 bytes"),
+    }
+
+
+@pytest.mark.parametrize(
+    "case", ["missing folder", "under a file", "a directory", "not a regular file", "name too long"]
+)
+def test_an_out_that_cannot_be_written_is_refused_naming_it(case, tmp_path):
+    out, fragment = _unwritable_outs(tmp_path)[case]
+    with pytest.raises(InputError, match=fragment) as err:
+        measure.check_out(out)
+    assert err.value.file == str(out) and err.value.field == "--out"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through permission bits")
+def test_a_folder_without_write_permission_is_refused(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    with pytest.raises(InputError, match="cannot write in"):
+        measure.check_out(locked / "me.yaml")
+
+
+def test_the_profile_is_written_0644_through_a_temporary_file(report, tmp_path, monkeypatch):
+    raw = measure.profile(report, base="t4-pcie3", ident="me", name="me")
+    out = tmp_path / "me.yaml"
+    out.write_text("old")
+    out.chmod(0o600)
+    renamed = []
+    real_replace = os.replace
+
+    def replace(src, dst):
+        renamed.append((Path(src), Path(dst)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(measure.os, "replace", replace)
+    previous = os.umask(0o022)
+    try:
+        measure.write_profile(raw, out)
+    finally:
+        os.umask(previous)
+    ((src, dst),) = renamed
+    assert src.parent == tmp_path and src != out and dst == out  # same folder: an atomic rename
+    assert out.stat().st_mode & 0o777 == 0o644
+    assert yaml.safe_load(out.read_text()) == raw
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["me.yaml"]
+
+
+def test_the_umask_can_only_narrow_the_mode(report, tmp_path):
+    raw = measure.profile(report, base="t4-pcie3", ident="me", name="me")
+    previous = os.umask(0o077)
+    try:
+        measure.write_profile(raw, tmp_path / "me.yaml")
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "me.yaml").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_full_disk_leaves_no_temporary_file_and_the_old_profile_whole(
+    report, tmp_path, monkeypatch
+):
+    import errno
+
+    raw = measure.profile(report, base="t4-pcie3", ident="me", name="me")
+    out = tmp_path / "me.yaml"
+    out.write_text("the old profile\n")
+
+    def full(fd, data):
+        os.write(fd, bytes(data)[:100])  # part of it, then the disk is full
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(measure, "_write_all", full)
+    with pytest.raises(InputError, match="could not write the profile: No space left") as err:
+        measure.write_profile(raw, out)
+    assert err.value.file == str(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["me.yaml"]
+    assert out.read_text() == "the old profile\n"
+
+
+def test_the_scratch_file_is_removed_when_the_measurement_is_interrupted(tmp_path, monkeypatch):
+    def interrupted(*_args, **_kwargs):
+        assert list(tmp_path.glob(".kvoffload-measure-*"))  # it exists while reads run
+        raise measure.Interrupted(15)
+
+    monkeypatch.setattr(measure, "_random_reads", interrupted)
+    with pytest.raises(measure.Interrupted):
+        measure.storage(TINY, measure.Report(), lambda _: None, tmp_path)
+    assert not list(tmp_path.glob(".kvoffload-measure-*"))
+
+
+def test_a_stop_is_not_swallowed_as_a_failed_part(tmp_path, monkeypatch):
+    """The GPU part turns any Exception into a skip; a stop signal must still stop everything."""
+
+    def stopped(*_args):
+        raise measure.Interrupted(2)
+
+    monkeypatch.setattr(measure, "gpu", stopped)
+    with pytest.raises(measure.Interrupted):
+        measure.run_plan(TINY, directory=tmp_path)
+
+
+def test_skip_reasons_from_hostile_errors_are_one_plain_line_the_profile_accepts(
+    tmp_path, monkeypatch
+):
+    """A driver's multi-line message and a folder named with a newline still give a profile."""
+    from kvoffload.spec.text import NOTE_CHARS, text_problem
+
+    def broken(*_args):
+        raise RuntimeError("CUDA error: launch failed\n  at line 2\r\x1b[31mred\u2028" + "x" * 3000)
+
+    monkeypatch.setattr(measure, "gpu", broken)
+    r = measure.run_plan(TINY, directory=tmp_path / "no\nsuch\x1bfolder")
+    assert len(r.skipped) == 2
+    for reason in r.skipped:
+        assert text_problem(reason, max_chars=NOTE_CHARS) is None, reason
+    gpu, storage = sorted(r.skipped)
+    assert gpu.startswith(
+        "GPU: measurement failed: RuntimeError: CUDA error: launch failed at line 2"
+    )
+    assert r"\x1b[31mred" in gpu and len(gpu) == NOTE_CHARS
+    assert r"no such\x1bfolder: No such file or directory" in storage  # the newline collapsed
+    raw = measure.profile(r, base="t4-pcie3", ident="me", name="me")
+    path = tmp_path / "me.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert load_system(path).id == "me"

@@ -6,10 +6,14 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
+from kvoffload.model import kv
+from kvoffload.spec import limits
 from kvoffload.spec.errors import InputError
 from kvoffload.spec.models import _gguf_type, from_hf_config, load_model, model_ids
-from kvoffload.spec.precision import GGML_BLOCKS, WeightFormat
+from kvoffload.spec.precision import GGML_BLOCKS, KvFormat, WeightFormat, kv_vector_bytes
 
 EXPECTED_IDS = set(
     [
@@ -201,3 +205,87 @@ def test_import_errors_name_the_field(change, field, fragment):
     with pytest.raises(InputError, match=fragment) as info:
         from_hf_config(cfg, ident="x")
     assert info.value.field == field
+
+
+# -- KV bytes at the largest accepted shapes: int64 must not wrap ---------------------------
+
+
+def _big(top: int) -> st.SearchStrategy[int]:
+    """Integers from 1 to ``top``, often at or near ``top``."""
+    return st.one_of(st.just(top), st.integers(max(1, top - 8), top), st.integers(1, top))
+
+
+@st.composite
+def _huge_models(draw):
+    layers = draw(_big(limits.MAX_LAYERS))
+    head_dim = draw(_big(limits.MAX_HEAD_DIM))
+    widest = max(kv_vector_bytes(head_dim, f) for f in KvFormat)
+    kv_heads_max = min(limits.MAX_HEADS, limits.MAX_KV_BYTES_PER_TOKEN // (2 * widest * layers))
+    assume(kv_heads_max >= 1)
+    kv_heads = draw(_big(kv_heads_max))
+    heads = kv_heads * draw(st.integers(1, limits.MAX_HEADS // kv_heads))
+    window = draw(_big(limits.MAX_CONTEXT_TOKENS))
+    kinds = draw(
+        st.lists(
+            st.sampled_from(["full_attention", "sliding_attention", "linear_attention"]),
+            min_size=layers,
+            max_size=layers,
+        )
+    )
+    nk = draw(st.integers(1, 64))
+    cfg = {
+        "model_type": "",
+        "num_hidden_layers": layers,
+        "hidden_size": 256,
+        "intermediate_size": 64,
+        "vocab_size": 1000,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "sliding_window": window,
+        "layer_types": kinds,
+        "linear_num_key_heads": nk,
+        "linear_num_value_heads": nk * draw(st.integers(1, 16)),
+        "linear_key_head_dim": draw(_big(limits.MAX_HEAD_DIM)),
+        "linear_value_head_dim": draw(_big(limits.MAX_HEAD_DIM)),
+        "linear_conv_kernel_dim": draw(st.integers(1, 8)),
+    }
+    return cfg
+
+
+def _exact_batch_bytes(cfg: dict, seq: int, batch: int, fmt: KvFormat) -> int:
+    """The cache of ``batch`` requests at ``seq`` in Python integers, from the config alone."""
+    token = 2 * cfg["num_key_value_heads"] * kv_vector_bytes(cfg["head_dim"], fmt)
+    nk, nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
+    hk, hv = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"]
+    conv = (cfg["linear_conv_kernel_dim"] - 1) * (2 * nk * hk + nv * hv)
+    state = (nv * hk * hv + conv) * (4 if fmt is KvFormat.FP32 else 2)
+    total = 0
+    for kind in cfg["layer_types"]:
+        if kind == "full_attention":
+            total += seq * token
+        elif kind == "sliding_attention":
+            total += min(seq, cfg["sliding_window"]) * token
+        else:
+            total += state
+    return batch * total
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    cfg=_huge_models(),
+    seqs=st.lists(_big(limits.MAX_CONTEXT_TOKENS), min_size=1, max_size=4),
+    batch=_big(limits.MAX_BATCH),
+    fmt=st.sampled_from(list(KvFormat)),
+)
+def test_kv_bytes_match_exact_integers_at_the_largest_accepted_shapes(cfg, seqs, batch, fmt):
+    try:
+        model = from_hf_config(cfg, ident="huge")
+    except InputError as exc:  # the recurrent state alone may exceed its bound
+        assert "recurrent state" in str(exc)
+        assume(False)
+    got = kv.batch_bytes(model, np.array(seqs), batch, fmt)
+    expected = [_exact_batch_bytes(cfg, s, batch, fmt) for s in seqs]
+    assert [int(x) for x in got] == expected
+    assert all(0 <= e < 2**63 for e in expected)
+    assert kv.kv_size(model, seqs[0], batch, fmt).total_bytes == expected[0]

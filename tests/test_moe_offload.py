@@ -184,3 +184,17 @@ def test_the_charts_draw_both_curves_and_the_rule_at_the_gpu_memory(desktop):
     html = charting.to_html(moe_charts.routed_chart(routed))
     assert html.startswith('<div id="kvo-chart-')
     assert list(moe_charts.routed_table(routed).columns[1:]) == list(moe_charts.ROUTED_FORMATS)
+
+
+def test_a_model_name_from_a_users_config_is_text_in_the_answer(desktop):
+    """A --model config.json names the model: its name must not become Markdown or HTML."""
+    import dataclasses
+
+    markdown_it = pytest.importorskip("markdown_it")
+    _, fits, curve, routed = desktop
+    hostile = "# <img src=x onerror=alert(1)> *bold* `code` [link](http://x) $x$"
+    h = dataclasses.replace(mo.headline(fits, curve, routed), model_name=hostile)
+    html = markdown_it.MarkdownIt("commonmark").render(h.answer)
+    assert "<img" not in html and "<em>" not in html and "<a " not in html and "<h1>" not in html
+    assert "&lt;img src=x onerror=alert(1)&gt; *bold* `code` [link](http://x) $x$" in html
+    assert html.startswith("<p># ")

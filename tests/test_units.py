@@ -90,3 +90,37 @@ def test_bandwidth_round_trips_through_its_printed_form(x):
 def test_binary_printed_bytes_parse_back(n):
     printed = format_bytes(n, binary=True, digits=15)
     assert math.isclose(parse_quantity(printed, Dim.BYTES), n, rel_tol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1" + " " * (1 << 20) + "GB/s",  # the old pattern backtracked over every space: quadratic
+        "1 GB" + " " * (1 << 20) + "/s x",
+        "9" * (1 << 20) + " GB/s",
+        " " * (1 << 20),
+    ],
+)
+def test_a_one_mebibyte_value_is_refused_in_under_a_second(text):
+    import time
+
+    start = time.perf_counter()
+    with pytest.raises(UnitError, match="characters long") as info:
+        parse_quantity(text, Dim.BANDWIDTH)
+    assert time.perf_counter() - start < 1.0
+    assert len(str(info.value)) < 200  # the value is shortened in the message
+
+
+def test_the_quantity_pattern_itself_is_linear():
+    """Even without the length cap, a long run of spaces costs one pass, not one per space."""
+    import time
+
+    from kvoffload.spec.units import _QUANTITY
+
+    start = time.perf_counter()
+    assert _QUANTITY.fullmatch("1" + " " * (1 << 20) + "GB" + " " * (1 << 20) + "x")
+    assert time.perf_counter() - start < 1.0
+
+
+def test_internal_spaces_in_a_unit_are_still_read():
+    assert parse_quantity("25 G B/s", Dim.BANDWIDTH) == 25e9

@@ -11,7 +11,8 @@ from typing import Any, NoReturn
 
 from kvoffload.build.errors import BuildError, ChapterError
 from kvoffload.build.extras import require_book_extras
-from kvoffload.spec.errors import InputError
+from kvoffload.spec.errors import InputError, one_line
+from kvoffload.spec.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, bound_problem
 
 # Each command imports what it uses when it runs: `kvoffload kv` on a core install (numpy,
 # pyyaml, pydantic) must not reach the book's optional dependencies.
@@ -21,19 +22,32 @@ class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line and exit with status 2."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"kvoffload: error: {message} (see '{self.prog} --help')\n")
+        line = one_line(message)  # an argument may hold a newline or an escape sequence
+        self.exit(2, f"kvoffload: error: {line} (see '{self.prog} --help')\n")
 
 
-def _positive_int(text: str) -> int:
+def _whole_number(text: str, maximum: int, what: str) -> int:
+    """Return ``text`` as a whole number from 1 to ``maximum`` (``what``: its unit)."""
     try:
         value = int(text.replace("_", ""))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of tokens") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of {what}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    if value > 10**9:
-        raise argparse.ArgumentTypeError(f"{text!r} is implausibly large (over 10^9)")
+    problem = bound_problem(value, maximum, what)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
     return value
+
+
+def _tokens(text: str) -> int:
+    """Return a context length in tokens, 1 to MAX_CONTEXT_TOKENS (argparse type)."""
+    return _whole_number(text, MAX_CONTEXT_TOKENS, "tokens")
+
+
+def _batch(text: str) -> int:
+    """Return a batch size, 1 to MAX_BATCH requests (argparse type)."""
+    return _whole_number(text, MAX_BATCH, "requests")
 
 
 def _print_json(obj: Any) -> None:
@@ -347,11 +361,7 @@ def _progress(total: int, *, quiet: bool) -> tuple[Callable[[str], None], Callab
 
 
 def _measure(args: argparse.Namespace) -> int:
-    import os
     import socket
-    import tempfile
-
-    import yaml
 
     from kvoffload.spec import catalog
     from kvoffload.studies import measure
@@ -363,23 +373,31 @@ def _measure(args: argparse.Namespace) -> int:
         raise InputError("no such directory", field="--dir", file=str(directory))
     host = socket.gethostname().split(".")[0].lower() or "this-machine"
     out = Path(args.out or f"measured-{host}.yaml")
+    measure.check_out(out)  # before minutes of measuring, not after
     plan = measure.Plan.quick() if args.quick else measure.Plan.full()
     steps = 5 + 1 + len(plan.request_sizes) * len(plan.queue_depths) + len(plan.gpu_sizes) + 2
-    progress, done = _progress(steps, quiet=args.quiet)
-    report = measure.run(quick=args.quick, directory=directory, progress=progress)
-    done()
     ident = "measured-" + "".join(c if c.isalnum() else "-" for c in host)
-    # validated against the hardware schema: a profile that would not load is never written
-    raw = measure.profile(
-        report, base=args.base, ident=ident, name=f"{host}, measured by kvoffload"
-    )
-    fd, tmp = tempfile.mkstemp(dir=out.parent if str(out.parent) else ".", suffix=".yaml")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(
-            "# Written by `kvoffload measure`: measured figures say how and when they were taken.\n"
+    progress, done = _progress(steps, quiet=args.quiet)
+    try:
+        # Ctrl-C, kill and a closed terminal stop it cleanly: the scratch file and any
+        # half-written profile are removed on the way out
+        with measure.stop_on_signals():
+            try:
+                report = measure.run(quick=args.quick, directory=directory, progress=progress)
+            finally:
+                done()
+            # validated against the hardware schema: a profile that would not load is never written
+            raw = measure.profile(
+                report, base=args.base, ident=ident, name=f"{host}, measured by kvoffload"
+            )
+            measure.write_profile(raw, out)
+    except measure.Interrupted as stop:
+        print(
+            f"kvoffload: measure stopped by {stop.name}: its scratch file was removed and "
+            "no profile was written",
+            file=sys.stderr,
         )
-        yaml.safe_dump(raw, f, sort_keys=False, allow_unicode=True)
-    os.replace(tmp, out)
+        return 128 + stop.signum
     for line in measure.summarise(report):
         print(line)
     print(f"profile: {out}  (use it with: kvoffload run --hardware {out} --chapter 03)")
@@ -388,7 +406,8 @@ def _measure(args: argparse.Namespace) -> int:
 
 # -- book and run -------------------------------------------------------------------------------
 def _jobs(text: str) -> int:
-    value = _positive_int(text)
+    """Return a number of parallel jobs, 1 to 64 (argparse type)."""
+    value = _whole_number(text, MAX_CONTEXT_TOKENS, "parallel jobs")
     if value > 64:
         raise argparse.ArgumentTypeError(f"{text!r}: at most 64 parallel jobs")
     return value
@@ -411,20 +430,48 @@ def _book(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_out(out: Path) -> Path:
+    """Return ``out``; InputError when it is not a folder or could not be created or written."""
+    import os
+    import tempfile
+
+    where = {"file": str(out), "field": "--out"}
+    existing = out.absolute()
+    while not existing.exists() and existing != existing.parent:  # the folder it would go in
+        existing = existing.parent
+    if not existing.is_dir():
+        what = (
+            "exists and is not a folder" if existing == out.absolute() else f"{existing} is a file"
+        )
+        raise InputError(what, **where)
+    try:  # writing is the only sure test (root ignores permission bits, a mount may be ro)
+        fd, probe = tempfile.mkstemp(prefix=".kvoffload-probe-", dir=existing)
+    except OSError as exc:
+        raise InputError(f"cannot write in {existing}: {exc.strerror or exc}", **where) from None
+    os.close(fd)
+    os.unlink(probe)
+    return out
+
+
 def _run(args: argparse.Namespace) -> int:
     require_book_extras()
     from kvoffload.build.profile_run import run_for_profile
     from kvoffload.build.runner import find_root
 
-    result = run_for_profile(
-        find_root(),
-        args.hardware,
-        model=args.model,
-        chapter_keys=args.chapter,
-        out=Path(args.out) if args.out else None,
-        n_jobs=args.jobs,
-        progress=not args.quiet,
-    )
+    out = _run_out(Path(args.out)) if args.out else None
+    try:
+        result = run_for_profile(
+            find_root(),
+            args.hardware,
+            model=args.model,
+            chapter_keys=args.chapter,
+            out=out,
+            n_jobs=args.jobs,
+            progress=not args.quiet,
+        )
+    except OSError as exc:  # a full disk, a folder changed under it: one line, not a traceback
+        where = exc.filename or out or "kvoffload-run"
+        raise InputError(exc.strerror or str(exc), file=str(where)) from None
     for nb in result.notebooks:
         print(f"notebook: {nb}")
     for nb in result.notebooks:
@@ -465,11 +512,11 @@ def build_parser() -> argparse.ArgumentParser:
     kv.add_argument("model", help="a catalog id or a config.json path")
     kv.add_argument(
         "--seq",
-        type=_positive_int,
+        type=_tokens,
         required=True,
         help="context length in tokens (exact: 128000 or 131072)",
     )
-    kv.add_argument("--batch", type=_positive_int, default=1, help="requests in the batch")
+    kv.add_argument("--batch", type=_batch, default=1, help="requests in the batch")
     kv.add_argument(
         "--dtype", default="bf16", help="KV precision: bf16 fp16 fp8 int8 int4 q8_0 q4_0"
     )
@@ -538,12 +585,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kvoffload: error: {exc}", file=sys.stderr)
         return 2
     except (ChapterError, BuildError) as exc:
-        print(f"kvoffload: build failed: {exc}", file=sys.stderr)
+        print(f"kvoffload: build failed: {one_line(' '.join(str(exc).split()))}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # e.g. piped into head
         return 0
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C; the build turns SIGTERM and SIGHUP into one too
+        return _interrupted(args.command, exc)
+
+
+def _interrupted(command: str, exc: KeyboardInterrupt) -> int:
+    """Print one line for an interrupted command; return 128 + the signal's number."""
+    import signal
+
+    try:  # the build raises KeyboardInterrupt("SIGTERM"); a plain Ctrl-C has no message
+        stop = signal.Signals[str(exc)]
+    except KeyError:
+        stop = signal.SIGINT
+    kept = (
+        "; finished chapters stay cached and the last site is kept"
+        if command in ("book", "run")
+        else ""
+    )
+    print(f"kvoffload: interrupted ({stop.name}){kept}", file=sys.stderr)
+    return 128 + stop.value
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -21,7 +21,12 @@ from kvoffload.build.runner import (
     run_jobs,
     select,
 )
+from kvoffload.spec.errors import InputError
 from kvoffload.spec.models import load_model
+from kvoffload.spec.text import markdown_text
+
+MARKER = ".kvoffload-run"  # in each folder `kvoffload run` made, and so may overwrite
+_MARKER_TEXT = "made by kvoffload run, which replaces what it wrote here on the next run\n"
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,7 @@ def run_for_profile(
         load_model(model)  # refuse an unknown model before starting kernels
         model = str(Path(model).resolve()) if Path(model).exists() else model
     out = (out or Path("kvoffload-run") / profile.id).resolve()
+    claim_folder(out)
     params = {"model": model} if model is not None else {}
     jobs = []
     for chapter in chosen:
@@ -78,7 +84,7 @@ def run_for_profile(
     (src / "book" / "generated" / "catalog.bib").write_text(catalog_bib(bib), encoding="utf-8")
     shutil.copy2(root / "_config.yml", src / "_config.yml")
     index = [
-        f"# {profile.system.name}",
+        f"# {markdown_text(profile.system.name)}",
         "",
         f"Chapters computed for profile `{profile.id}` by `kvoffload run`.",
         "",
@@ -88,5 +94,38 @@ def run_for_profile(
     (src / "index.md").write_text("\n".join(index) + "\n", encoding="utf-8")
     toc = ["format: jb-book", "root: index", "chapters:", *[f"  - file: {c.name}" for c in chosen]]
     (src / "_toc.yml").write_text("\n".join(toc) + "\n", encoding="utf-8")
-    build_and_swap(src, out / ".site-build", out / "html")
+    build_and_swap(
+        src, out / ".site-build", out / "html", extra={MARKER: _MARKER_TEXT.encode("utf-8")}
+    )
     return RunResult([j.out for j in jobs], out / "html", outcomes)
+
+
+def _owned(folder: Path) -> bool:
+    return (folder / MARKER).is_file()
+
+
+def claim_folder(out: Path) -> None:
+    """Make ``out`` a folder this command owns, or refuse one that holds anything of the user's.
+
+    A new or empty folder is taken (and marked); a folder, or its ``html`` page folder, that
+    holds files but no marker was not made by ``kvoffload run`` and is left untouched.
+    """
+    if out.exists() and not out.is_dir():
+        raise InputError("is a file, not a folder", file=str(out), field="--out")
+    html = out / "html"
+    if out.is_dir() and not _owned(out) and any(out.iterdir()):
+        raise InputError(
+            f"this folder is not empty and was not made by kvoffload run (it has no {MARKER} "
+            "file); nothing was written: choose a new or empty folder",
+            file=str(out),
+            field="--out",
+        )
+    if html.exists() and not (html.is_dir() and _owned(html)):
+        raise InputError(
+            f"this page folder was not made by kvoffload run (it has no {MARKER} file); "
+            "nothing was written: move it away or choose another --out",
+            file=str(html),
+            field="--out",
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MARKER).write_text(_MARKER_TEXT, encoding="utf-8")

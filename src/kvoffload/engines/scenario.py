@@ -14,7 +14,14 @@ from kvoffload.model.routing import Routing
 from kvoffload.model.tensor_groups import GROUPS
 from kvoffload.spec.errors import InputError
 from kvoffload.spec.hardware import load_system
-from kvoffload.spec.inputs import is_finite_number, load_mapping
+from kvoffload.spec.inputs import is_finite_number, load_mapping, stat_mode
+from kvoffload.spec.limits import (
+    MAX_BATCH,
+    MAX_CONTEXT_TOKENS,
+    MAX_EXPERTS,
+    MAX_GENERATE_TOKENS,
+    bound_problem,
+)
 from kvoffload.spec.models import load_model
 from kvoffload.spec.precision import KvFormat, WeightFormat, kv_format, weight_format
 
@@ -33,6 +40,65 @@ PLACEMENT_OPTIONS = {
     "hf-accelerate": "options.weights (gpu, cpu or disk)",
     "infllm": "options.n_local, options.topk and options.cached_blocks",
 }
+# Top-level fields only the step model (`generic`) reads: beside another engine each would be
+# accepted and dropped, so it is refused with what that engine does instead (its option, or the
+# fixed behaviour its source has). Read from each engine's predict(); keep in step with them.
+ENGINE_ONLY_FIELDS: dict[str, dict[str, str]] = {
+    "attention": {
+        "llamacpp": "say options.no_kv_offload: true to keep the KV cache in host memory "
+        "and attend on the CPU",
+        "vllm": "vLLM attends on the GPU and has no option to attend on the CPU; "
+        "use engine: generic to model CPU attention",
+        "flexgen": "say options.cpu_attention: true to attend on the CPU (FlexGen's --cpu)",
+        "zero-inference": "say options.kv_offload: true to keep the KV cache in host memory "
+        "and attend on the CPU",
+        "hf-accelerate": "Accelerate attends on the GPU and has no option to attend on the CPU; "
+        "use engine: generic to model CPU attention",
+        "infllm": "InfLLM attends on the GPU over the blocks it selects; set options.topk, "
+        "options.n_local and options.cached_blocks instead",
+    },
+    "overlap": {
+        "llamacpp": "llama.cpp runs the graph's nodes in order and has no overlap option; "
+        "use engine: generic to compare overlap modes",
+        "vllm": "vLLM reads offloaded weights over the link as its kernels run and has no "
+        "overlap option; use engine: generic to compare overlap modes",
+        "flexgen": "say options.overlap: true (FlexGen's overlap) or false (none) instead",
+        "zero-inference": "ZeRO-Inference always prefetches the next layer (pipeline) and has "
+        "no overlap option; use engine: generic to compare overlap modes",
+        "hf-accelerate": "Accelerate copies each layer in before it runs (none) and has no "
+        "overlap option; use engine: generic to compare overlap modes",
+        "infllm": "InfLLM always prefetches the selected blocks (pipeline) and has no overlap "
+        "option; use engine: generic to compare overlap modes",
+    },
+}
+# Routing fields an engine does not read: FlexGen's cost model reads every weight of a layer;
+# llama.cpp and InfLLM never copy weights to the GPU per step, so there is nothing to stream.
+ROUTING_IGNORED: dict[str, tuple[tuple[str, ...], str]] = {
+    "flexgen": (
+        ("effective_experts", "stream", "gpu_hit_rate"),
+        "FlexGen's cost model reads every weight of a layer each step and has no routing; "
+        "use engine: generic or llamacpp for a MoE model's routing",
+    ),
+    "llamacpp": (
+        ("stream", "gpu_hit_rate"),
+        "llama.cpp computes each expert where it lies and never streams experts to the GPU; "
+        "say where experts live with options.n_cpu_moe, options.cpu_moe or "
+        "options.override_tensor instead",
+    ),
+    "infllm": (
+        ("stream", "gpu_hit_rate"),
+        "InfLLM keeps every weight on the GPU, so no expert is streamed; "
+        "leave routing.stream and routing.gpu_hit_rate out",
+    ),
+}
+
+
+def _bounded(value: int, maximum: int, what: str) -> int:
+    """Return ``value``; a ValueError naming the bound when it exceeds ``maximum``."""
+    problem = bound_problem(value, maximum, what)
+    if problem:
+        raise ValueError(problem)
+    return value
 
 
 class SplitIn(BaseModel):
@@ -70,9 +136,33 @@ class WorkloadIn(BaseModel):
     """Batch, prompt length and tokens generated."""
 
     model_config = _STRICT
-    batch: int = Field(1, ge=1, le=1_000_000, strict=True)
-    prompt: int = Field(ge=1, le=100_000_000, strict=True)
-    generate: int = Field(1, ge=1, le=1_000_000, strict=True)
+    batch: int = Field(1, ge=1, strict=True)
+    prompt: int = Field(ge=1, strict=True)
+    generate: int = Field(1, ge=1, strict=True)
+
+    @field_validator("batch")
+    @classmethod
+    def _batch_bound(cls, v: int) -> int:
+        return _bounded(v, MAX_BATCH, "requests in a batch")
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt_bound(cls, v: int) -> int:
+        return _bounded(v, MAX_CONTEXT_TOKENS, "tokens of context")
+
+    @field_validator("generate")
+    @classmethod
+    def _generate_bound(cls, v: int) -> int:
+        return _bounded(v, MAX_GENERATE_TOKENS, "generated tokens")
+
+    @model_validator(mode="after")
+    def _context_bound(self) -> WorkloadIn:
+        problem = bound_problem(
+            self.prompt + self.generate, MAX_CONTEXT_TOKENS, "tokens of context"
+        )
+        if problem:
+            raise ValueError(f"prompt + generate: {problem}")
+        return self
 
 
 class GroupIn(SplitIn):
@@ -118,9 +208,14 @@ class RoutingIn(BaseModel):
     """How a MoE model routes, where measured (see model/routing.py)."""
 
     model_config = _STRICT
-    effective_experts: int | None = Field(None, ge=1, le=1_000_000, strict=True)
+    effective_experts: int | None = Field(None, ge=1, strict=True)
     stream: Literal["all", "routed"] = "all"
     gpu_hit_rate: float = Field(0.0, ge=0.0, le=1.0)
+
+    @field_validator("effective_experts")
+    @classmethod
+    def _experts_bound(cls, v: int | None) -> int | None:
+        return None if v is None else _bounded(v, MAX_EXPERTS, "routed experts")
 
 
 class ScenarioIn(BaseModel):
@@ -141,8 +236,33 @@ class ScenarioIn(BaseModel):
 
 
 def _resolve(ref: str, base: Path) -> str:
+    """Return ``ref`` taken from ``base`` when a file is there, else as given; never raises."""
     candidate = base / ref
-    return str(candidate) if not Path(ref).is_absolute() and candidate.exists() else ref
+    return (
+        str(candidate) if not Path(ref).is_absolute() and stat_mode(candidate) is not None else ref
+    )
+
+
+def _refuse_ignored(engine: str, raw: dict, name: str) -> None:
+    """Refuse a field the chosen engine would accept and drop, naming what expresses it."""
+    if engine == "generic":
+        return
+    for field, instead in ENGINE_ONLY_FIELDS.items():
+        if field in raw:
+            raise InputError(
+                f"engine {engine!r} sets {field} itself; {instead[engine]}",
+                file=name,
+                field=field,
+            )
+    ignored, instead = ROUTING_IGNORED.get(engine, ((), ""))
+    routing = raw.get("routing") or {}
+    for field in ignored:
+        if field in routing:
+            raise InputError(
+                f"engine {engine!r} does not read routing.{field}; {instead}",
+                file=name,
+                field=f"routing.{field}",
+            )
 
 
 def parse_scenario(raw: dict, *, base: Path = Path("."), name: str = "scenario") -> Scenario:
@@ -170,6 +290,7 @@ def parse_scenario(raw: dict, *, base: Path = Path("."), name: str = "scenario")
             file=name,
             field="placement",
         )
+    _refuse_ignored(s.engine, raw, name)
     try:
         options = validate_options(s.engine, s.options)
     except InputError as exc:
@@ -250,7 +371,13 @@ def load_scenario(path: str | Path) -> Scenario:
 
 def predict(sc: Scenario, *, name: str = "scenario", check: bool = True) -> Prediction:
     """Return the prediction of a scenario; refuse one that does not fit when ``check``."""
-    result = predict_setup(sc, sc.setup) if sc.engine == "generic" else run_engine(sc)
+    if sc.engine == "generic":
+        result = predict_setup(sc, sc.setup)
+    else:
+        try:
+            result = run_engine(sc)
+        except InputError as exc:  # an engine's refusal names the scenario's file too
+            raise exc.within(file=name) from None
     if check:
         check_fits(sc, result.memory, name)
     return result

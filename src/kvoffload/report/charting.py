@@ -250,11 +250,20 @@ def responsive_spec(chart: alt.TopLevelMixin) -> dict:
     return spec
 
 
+def script_json(data: Any) -> str:
+    """Return ``data`` as JSON that is safe inside a <script> element: no tag, comment or entity.
+
+    ``<``, ``>`` and ``&`` occur only inside JSON strings, where their \\u escapes mean the same.
+    """
+    text = json.dumps(data, sort_keys=True)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
 def to_html(chart: alt.TopLevelMixin) -> str:
     """Return the chart as an HTML fragment that draws with the page's local Vega bundle."""
     spec = responsive_spec(chart)
     div = chart_id(spec)
-    payload = json.dumps(spec, sort_keys=True).replace("</", "<\\/")
+    payload = script_json(spec)
     return (
         f'<div id="{div}" class="kvoffload-chart" role="img"></div>\n'
         '<script type="text/javascript">\n'

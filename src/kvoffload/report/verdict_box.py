@@ -10,9 +10,8 @@ import html
 import re
 from collections.abc import Callable, Sequence
 
+from kvoffload.spec.text import markdown_text
 from kvoffload.studies.verdict import MACHINE_CONTEXTS, MachineRow, Verdict, describe
-
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>|#!])")
 
 
 def ms(x: float) -> str:
@@ -106,8 +105,11 @@ def box(v: Verdict) -> VerdictBox:
 
 
 def md_escape(text: str) -> str:
-    """Escape Markdown's inline punctuation so a name prints as it is (in a table cell too)."""
-    return _MD_SPECIAL.sub(r"\\\1", text)
+    """Escape a name for MyST Markdown so it prints as it is (in a table cell too), on one line.
+
+    Not for a role's content ({doc}`...`), where a backslash prints as itself.
+    """
+    return markdown_text(text)
 
 
 def _fits(r: MachineRow) -> str:

@@ -7,7 +7,7 @@ from importlib import resources
 from pathlib import Path
 
 from kvoffload.spec.errors import InputError
-from kvoffload.spec.inputs import load_mapping
+from kvoffload.spec.inputs import display_name, load_mapping
 
 PART_KINDS = ("gpu", "link", "host", "storage")
 _PART_FILES = {
@@ -66,4 +66,4 @@ def unknown_id(what: str, ident: str, known: list[str] | dict) -> InputError:
     names = sorted(known)
     close = [n for n in names if ident.lower() in n or n in ident.lower()][:5]
     hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(names)}"
-    return InputError(f"unknown {what} id {ident!r}{hint}")
+    return InputError(f"unknown {what} id {display_name(ident, 80)!r}{hint}")

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 from pydantic import PlainValidator
 
+from kvoffload.spec.text import NAME_CHARS, NOTE_CHARS, text_problem
 from kvoffload.spec.units import BASE_UNIT, Dim, UnitError, format_quantity, parse_quantity
 
 
@@ -83,8 +84,14 @@ def parse_figure(raw: Any, dim: Dim, *, lo: float, hi: float, allow_zero: bool =
         source = raw.get("source", "")
         note = raw.get("note", "")
         machine = raw.get("machine", "")
-        if not all(isinstance(t, str) for t in (source, note, machine)):
-            raise ValueError("source, note and machine must be text")
+        for key, text, most in (
+            ("source", source, NOTE_CHARS),
+            ("note", note, NOTE_CHARS),
+            ("machine", machine, NAME_CHARS),
+        ):
+            problem = text_problem(text, max_chars=most)
+            if problem is not None:
+                raise ValueError(f"{key} {problem}")
         if kind is not Kind.ASSUMED and not source.strip():
             raise ValueError(f"a {kind.value} figure needs a source")
         if (kind is Kind.FITTED) != bool(machine.strip()):

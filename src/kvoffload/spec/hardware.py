@@ -5,14 +5,15 @@ from __future__ import annotations
 import difflib
 import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from kvoffload.spec import catalog
 from kvoffload.spec.errors import InputError
 from kvoffload.spec.figures import Figure, FigureField
-from kvoffload.spec.inputs import load_mapping
+from kvoffload.spec.inputs import check_path, display_name, load_mapping, stat_mode
+from kvoffload.spec.text import NAME_CHARS, NOTE_CHARS, PlainName, PlainText, plain_text
 from kvoffload.spec.units import Dim, format_quantity
 
 # Plausible ranges: wide enough for any real machine, narrow enough to catch slips of unit.
@@ -31,8 +32,8 @@ class Gpu(BaseModel):
     """An accelerator: memory, memory bandwidth and dense tensor FLOP rates."""
 
     model_config = _STRICT
-    name: str = Field(min_length=1)
-    interface: str | None = None
+    name: PlainName
+    interface: PlainName | None = None
     memory: Capacity
     memory_bandwidth: DeviceBandwidth
     memory_bandwidth_achievable: DeviceBandwidth | None = None
@@ -67,7 +68,7 @@ class Link(BaseModel):
     """The host-GPU link: raw and achievable per-direction rates, per-transfer latency."""
 
     model_config = _STRICT
-    name: str = Field(min_length=1)
+    name: PlainName
     raw_bandwidth: LinkBandwidth
     h2d_bandwidth: LinkBandwidth
     d2h_bandwidth: LinkBandwidth
@@ -86,7 +87,7 @@ class Host(BaseModel):
     """The CPU side: DRAM capacity and bandwidth, CPU FLOP rate."""
 
     model_config = _STRICT
-    name: str = Field(min_length=1)
+    name: PlainName
     memory: Capacity
     memory_bandwidth: LinkBandwidth
     memory_bandwidth_peak: LinkBandwidth | None = None
@@ -112,7 +113,7 @@ class Storage(BaseModel):
     """An SSD or array: sequential rates, small-read latency and peak random-read IOPS."""
 
     model_config = _STRICT
-    name: str = Field(min_length=1)
+    name: PlainName
     read_bandwidth: LinkBandwidth
     write_bandwidth: LinkBandwidth
     read_latency: Latency
@@ -126,6 +127,78 @@ PART_MODELS: dict[str, type[BaseModel]] = {
     "host": Host,
     "storage": Storage,
 }
+
+
+# -- measurements: the raw tables `kvoffload measure` keeps; reports read them, the model does not
+_ROWS = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+GbPerS = Annotated[float, Field(gt=0, le=1e4)]  # GB/s: up to 10 TB/s, a GPU's own memory
+MAX_ROWS = 10_000  # rows per table: a full `measure` writes a few dozen
+
+
+class HostMemoryRow(BaseModel):
+    """One host-memory test: read or copy, on some threads."""
+
+    model_config = _ROWS
+    test: PlainName
+    threads: int = Field(ge=1, le=4096)
+    gb_s: GbPerS
+
+
+class RandomReadRow(BaseModel):
+    """Random reads of one request size at one queue depth, and their share of sequential."""
+
+    model_config = _ROWS
+    request_bytes: int = Field(ge=512, le=2**34)
+    queue_depth: int = Field(ge=1, le=65_536)
+    gb_s: GbPerS
+    share_of_sequential: float = Field(gt=0, le=100)  # above 1 only through a cache
+
+
+class GpuCopyRow(BaseModel):
+    """Host-to-device and device-to-host copies of one size, pinned or pageable."""
+
+    model_config = _ROWS
+    bytes: int = Field(ge=1, le=2**44)
+    pinned: bool
+    h2d_gb_s: GbPerS
+    d2h_gb_s: GbPerS
+
+
+class AttentionStepRow(BaseModel):
+    """One attention step's time with the cache placed one way."""
+
+    model_config = _ROWS
+    placement: PlainName
+    ms: float = Field(gt=0, le=1e7)
+    layers: int = Field(ge=1, le=10_000)
+    tokens: int = Field(ge=1, le=10**8)
+
+
+class MeasurementTables(BaseModel):
+    """The tables of a measured profile, each a list of rows of one shape."""
+
+    model_config = _ROWS
+    host_memory: list[HostMemoryRow] = Field(default=[], max_length=MAX_ROWS)
+    storage_random_reads: list[RandomReadRow] = Field(default=[], max_length=MAX_ROWS)
+    gpu_copies: list[GpuCopyRow] = Field(default=[], max_length=MAX_ROWS)
+    gpu_attention_step: list[AttentionStepRow] = Field(default=[], max_length=MAX_ROWS)
+
+
+class Measurements(BaseModel):
+    """A profile's ``measurements:`` block: raw tables, what was skipped and why, notes."""
+
+    model_config = _ROWS
+    tables: MeasurementTables = MeasurementTables()
+    skipped: list[PlainText] = Field(default=[], max_length=100)
+    notes: list[PlainText] = Field(default=[], max_length=100)
+
+
+def build_measurements(raw: Any) -> dict[str, Any]:
+    """Validate a ``measurements:`` block; return it as plain data, holding only what it gave."""
+    try:
+        return Measurements.model_validate(raw).model_dump(exclude_unset=True)
+    except ValidationError as exc:
+        raise _pydantic_error(exc, "measurements") from None
 
 
 def _not_above(part: BaseModel, name: str, limit: str, slack: float = 1.0) -> None:
@@ -142,8 +215,8 @@ class System(BaseModel):
 
     model_config = ConfigDict(frozen=True)
     id: str
-    name: str
-    description: str = ""
+    name: PlainName
+    description: PlainText = ""
     origin: str  # 'catalog' or the file it was read from
     gpu: Gpu
     link: Link
@@ -228,6 +301,17 @@ _ID = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")
 _SYSTEM_KEYS = {"id", "name", "description", "base", "measurements", *catalog.PART_KINDS}
 
 
+def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
+    """Return the field names of the (nested) model at ``loc`` (list indices skipped)."""
+    for part in loc:
+        info = model.model_fields.get(str(part)) if isinstance(part, str) else None
+        if info is None:
+            continue
+        inner = [info.annotation, *get_args(info.annotation)]
+        model = next((t for t in inner if isinstance(t, type) and issubclass(t, BaseModel)), model)
+    return list(model.model_fields)
+
+
 def _pydantic_error(exc: ValidationError, prefix: str) -> InputError:
     errors = exc.errors()
     # A misspelled key also shows up as a missing one: report the misspelling.
@@ -239,7 +323,8 @@ def _pydantic_error(exc: ValidationError, prefix: str) -> InputError:
     if err["type"] == "missing":
         msg = "required field is missing"
     elif err["type"] == "extra_forbidden":
-        known = list(PART_MODELS[prefix].model_fields)
+        model = Measurements if prefix == "measurements" else PART_MODELS[prefix]
+        known = _fields_at(model, tuple(err["loc"][:-1]))
         close = difflib.get_close_matches(str(err["loc"][-1]), known, n=1)
         msg = f"unknown field; did you mean {close[0]!r}?" if close else "unknown field"
         msg += f" (fields: {', '.join(known)})"
@@ -301,9 +386,9 @@ def build_system(raw: Any, *, ident: str, origin: str) -> System:
     sid = raw.get("id", ident)
     if not isinstance(sid, str) or not _ID.match(sid):
         raise InputError("must be lowercase letters, digits, '.' and '-'", field="id")
-    for key in ("name", "description"):
-        if key in raw and not isinstance(raw[key], str):
-            raise InputError("must be text", field=key)
+    for key, most in (("name", NAME_CHARS), ("description", NOTE_CHARS)):
+        if key in raw:
+            plain_text(raw[key], field=key, max_chars=most)
     built: dict[str, Any] = {}
     for kind in catalog.PART_KINDS:
         if kind in raw:
@@ -316,13 +401,14 @@ def build_system(raw: Any, *, ident: str, origin: str) -> System:
     measurements = raw.get("measurements", {})
     if not isinstance(measurements, dict):
         raise InputError("must be a mapping", field="measurements")
-    name = raw.get("name") or base_raw.get("name") or sid
+    name = (raw.get("name") or "").strip() or base_raw.get("name") or sid
+    description = raw.get("description", base_raw.get("description", "")).strip()
     return System(
         id=sid,
-        name=name,
-        description=raw.get("description", base_raw.get("description", "")),
+        name=plain_text(name, field="name", max_chars=NAME_CHARS),
+        description=plain_text(description, field="description", max_chars=NOTE_CHARS),
         origin=origin,
-        measurements=measurements,
+        measurements=build_measurements(measurements),
         **built,
     )
 
@@ -343,14 +429,22 @@ def load_system(ref: str | Path | dict) -> System:
             return build_system(table[text], ident=text, origin="catalog")
         except InputError as exc:  # a broken catalog is a bug, but say where
             raise exc.within(file=f"catalog systems.yaml ({text})") from None
-    path = Path(text)
-    if path.suffix.lower() in {".yaml", ".yml", ".json"} or path.exists():
+    try:
+        path = Path(check_path(text))
+    except InputError:  # too long to be a path, or a NUL: a path only when it looks like one
+        if "/" in text or Path(text[-8:]).suffix.lower() in _PROFILE_SUFFIXES:
+            raise
+        raise catalog.unknown_id("system", text, table) from None
+    if path.suffix.lower() in _PROFILE_SUFFIXES or stat_mode(path) is not None:
         raw = load_mapping(path)
         try:
             return build_system(raw, ident=_stem_id(path), origin=str(path))
         except InputError as exc:
-            raise exc.within(file=str(path)) from None
+            raise exc.within(file=display_name(str(path))) from None
     raise catalog.unknown_id("system", text, table)
+
+
+_PROFILE_SUFFIXES = {".yaml", ".yml", ".json"}
 
 
 def _stem_id(path: Path) -> str:

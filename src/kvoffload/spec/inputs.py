@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from kvoffload.spec.errors import InputError
+from kvoffload.spec.limits import MAX_DEPTH, MAX_FILE_BYTES, MAX_NAME_BYTES, MAX_PATH_BYTES
 
-MAX_FILE_BYTES = 1 << 20  # a profile, scenario or config.json is a few kB
-MAX_DEPTH = 32
+_BINARY = getattr(os, "O_BINARY", 0)
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | os.O_CLOEXEC | _BINARY
+# A plain YAML scalar this long that reads as a number is refused before it is built:
+# PyYAML turns '1:2:3:...' (a base-60 integer) into an int in quadratic time.
+_MAX_NUMBER_CHARS = 100
+_NUMERIC_TAGS = {"tag:yaml.org,2002:int", "tag:yaml.org,2002:float"}
 
 try:  # the C parser is faster when PyYAML was built with libyaml
     _Loader: type = yaml.CSafeLoader
@@ -20,30 +27,133 @@ except AttributeError:  # pragma: no cover - depends on the wheel
     _Loader = yaml.SafeLoader
 
 
-def read_text(path: str | Path) -> str:
-    """Return the file's text, refusing missing, oversized or non-UTF-8 files."""
-    p = Path(path)
+def display_name(name: str, limit: int = 120) -> str:
+    """Return ``name`` fit for one line of an error: escaped control characters, shortened."""
+    if not name.isprintable():
+        name = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in name)
+    return name if len(name) <= limit else name[: limit - 1] + "…"
+
+
+def check_path(path: str | Path) -> str:
+    """Return ``path`` as text, refusing a path too long to open or holding a NUL byte."""
     name = str(path)
+    shown = display_name(name)
     try:
-        size = p.stat().st_size
-    except FileNotFoundError:
-        raise InputError("no such file", file=name) from None
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror or exc}", file=name) from None
-    if p.is_dir():
-        raise InputError("is a directory, expected a file", file=name)
-    if size > MAX_FILE_BYTES:
+        raw = os.fsencode(name)
+    except UnicodeError:
+        raise InputError("the path is not valid text", file=shown) from None
+    if len(raw) > MAX_PATH_BYTES:
         raise InputError(
-            f"file is {size} bytes, larger than the {MAX_FILE_BYTES} byte limit", file=name
+            f"the path is {len(raw)} bytes long; at most {MAX_PATH_BYTES} are allowed", file=shown
         )
+    if b"\0" in raw:
+        raise InputError("the path holds a NUL byte", file=shown)
+    longest = max((len(part) for part in raw.split(b"/")), default=0)
+    if longest > MAX_NAME_BYTES:
+        raise InputError(
+            f"a file name in the path is {longest} bytes long; at most {MAX_NAME_BYTES} are allowed",
+            file=shown,
+        )
+    return name
+
+
+def stat_mode(path: str | Path) -> int | None:
+    """Return the mode of the file at ``path`` (links followed), or None; never raises."""
     try:
-        data = p.read_bytes()[: MAX_FILE_BYTES + 1]
+        return os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+
+
+def _os_problem(exc: OSError) -> str:
+    if isinstance(exc, FileNotFoundError):
+        return "no such file"
+    if isinstance(exc, IsADirectoryError):
+        return "is a directory, expected a file"
+    return f"cannot read: {exc.strerror or exc}"
+
+
+def _kind(mode: int) -> str | None:
+    """Return what a file of ``mode`` is when it is not a regular file, else None."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "is a directory, expected a file"
+    if stat.S_ISFIFO(mode):
+        return "is a named pipe (FIFO), expected a regular file"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "is a device, expected a regular file"
+    if stat.S_ISSOCK(mode):
+        return "is a socket, expected a regular file"
+    return "is not a regular file"
+
+
+def read_bytes(path: str | Path, limit: int = MAX_FILE_BYTES) -> bytes:
+    """Return the bytes of a regular file of at most ``limit`` bytes, refusing anything else.
+
+    The file is checked before it is opened (devices, FIFOs, sockets and directories are
+    refused, so none is ever read or waited on), opened without blocking, checked again on the
+    open descriptor, and read to at most ``limit + 1`` bytes whatever its reported size.
+    """
+    name = check_path(path)
+    shown = display_name(name)
+    try:
+        kind = _kind(os.stat(name).st_mode)
     except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror or exc}", file=name) from None
+        raise InputError(_os_problem(exc), file=shown) from None
+    if kind:
+        raise InputError(kind, file=shown)
+    try:
+        fd = os.open(name, _OPEN_FLAGS)
+    except OSError as exc:
+        raise InputError(_os_problem(exc), file=shown) from None
+    try:
+        info = os.fstat(fd)
+        kind = _kind(info.st_mode)  # replaced between the check and the open
+        if kind:
+            raise InputError(kind, file=shown)
+        if info.st_size > limit:
+            raise InputError(
+                f"file is {info.st_size} bytes, larger than the {limit} byte limit", file=shown
+            )
+        chunks: list[bytes] = []
+        got = 0
+        while got <= limit:
+            chunk = os.read(fd, min(limit + 1 - got, 1 << 16))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+    except OSError as exc:
+        raise InputError(_os_problem(exc), file=shown) from None
+    finally:
+        os.close(fd)
+    if got > limit:
+        raise InputError(f"file is larger than the {limit} byte limit", file=shown)
+    return b"".join(chunks)
+
+
+def read_text(path: str | Path) -> str:
+    """Return the file's text, refusing missing, oversized, non-regular or non-UTF-8 files."""
+    data = read_bytes(path)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InputError(f"not UTF-8 text (byte {exc.start})", file=name) from None
+        raise InputError(
+            f"not UTF-8 text (byte {exc.start})", file=display_name(str(path))
+        ) from None
+
+
+def _numeric_scalar(event: yaml.ScalarEvent) -> bool:
+    """True for a long plain scalar that YAML would read as a number."""
+    if len(event.value) <= _MAX_NUMBER_CHARS:
+        return False
+    if event.tag in _NUMERIC_TAGS or event.tag in ("!!int", "!!float"):
+        return True
+    if not event.implicit[0]:
+        return False
+    tag = yaml.resolver.Resolver().resolve(yaml.ScalarNode, event.value, (True, False))
+    return tag in _NUMERIC_TAGS
 
 
 def _check_events(text: str, name: str) -> None:
@@ -55,6 +165,13 @@ def _check_events(text: str, name: str) -> None:
                 line = event.start_mark.line + 1 if event.start_mark else "?"
                 raise InputError(
                     f"YAML anchors and aliases are not allowed (line {line})", file=name
+                )
+            if isinstance(event, yaml.ScalarEvent) and _numeric_scalar(event):
+                line = event.start_mark.line + 1 if event.start_mark else "?"
+                raise InputError(
+                    f"a number of {len(event.value)} characters (line {line}); "
+                    f"at most {_MAX_NUMBER_CHARS} are allowed",
+                    file=name,
                 )
             if isinstance(event, yaml.CollectionStartEvent):
                 depth += 1
@@ -99,6 +216,10 @@ def parse_yaml(text: str, name: str) -> Any:
     _check_events(text, name)
     try:
         return yaml.load(text, Loader=_UniqueKeyLoader)
+    except ValueError as exc:  # e.g. an integer past Python's int max str digits
+        raise InputError(f"malformed YAML: {_value_problem(exc)}", file=name) from None
+    except RecursionError:
+        raise InputError("malformed YAML: nested too deeply", file=name) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -144,10 +265,38 @@ def parse_json(text: str, name: str) -> Any:
             f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", file=name
         ) from None
     except ValueError as exc:
-        raise InputError(f"malformed JSON: {exc}", file=name) from None
+        raise InputError(f"malformed JSON: {_value_problem(exc)}", file=name) from None
     except RecursionError:
         raise InputError("malformed JSON: nested too deeply", file=name) from None
+    if _depth(data) > MAX_DEPTH:
+        raise InputError(f"nested deeper than {MAX_DEPTH} levels", file=name)
     return data
+
+
+def _value_problem(exc: ValueError) -> str:
+    text = str(exc)
+    if "integer string conversion" in text:
+        return "an integer with thousands of digits"
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _depth(data: Any) -> int:
+    """Return how deeply lists and mappings nest in ``data`` (iteratively, no recursion)."""
+    deepest = 0
+    stack = [(data, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            items: Any = item.values()
+        elif isinstance(item, list):
+            items = item
+        else:
+            continue
+        deepest = max(deepest, level)
+        if deepest > MAX_DEPTH:
+            break
+        stack.extend((x, level + 1) for x in items)
+    return deepest
 
 
 def is_finite_number(x: Any) -> bool:

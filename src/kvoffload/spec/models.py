@@ -2,22 +2,32 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import stat
+from dataclasses import dataclass, field, fields
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from kvoffload.spec import catalog
+from kvoffload.spec import catalog, limits
 from kvoffload.spec.errors import InputError
-from kvoffload.spec.inputs import load_mapping
+from kvoffload.spec.inputs import (
+    check_path,
+    display_name,
+    is_finite_number,
+    load_mapping,
+    stat_mode,
+)
 from kvoffload.spec.precision import (
+    KvFormat,
     WeightFormat,
     fp4_bytes,
     ggml_bytes,
+    kv_vector_bytes,
     use_more_bits,
 )
+from kvoffload.spec.text import NOTE_CHARS, plain_text
 
 # Families whose MLP is up -> activation -> down (no gate): OPT, BLOOM, GPT-2 and kin.
 # Nemotron-H's MLP blocks are up -> relu^2 -> down (NemotronHMLP).
@@ -245,6 +255,21 @@ class Model:
     hf_id: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
 
+    # -- hashing: every functools.cache lookup hashes the model, so its hash is computed once ---
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash(tuple(getattr(self, f) for f in _MODEL_FIELDS)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a str's hash differs between processes: an unpickled copy computes its own
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.__post_init__()
+
     # -- attention -------------------------------------------------------------------------
     @property
     def attention_kind(self) -> str:
@@ -387,6 +412,10 @@ class Model:
         per_layer.flags.writeable = False
         experts.flags.writeable = False
         return WeightBytes(fmt, per_layer, int(embedding), int(output), experts)
+
+
+# the fields a Model's hash and equality cover, in order (as the dataclass's own __hash__)
+_MODEL_FIELDS = tuple(f.name for f in fields(Model))
 
 
 @dataclass(frozen=True)
@@ -651,17 +680,95 @@ def _gguf_type(m: Model, t: Tensor, fmt: WeightFormat) -> str:
 
 
 # -- HF config.json import ------------------------------------------------------------------
+# The largest value each config.json integer may take (spec/limits.py says why); an integer
+# not named here is a width, at most MAX_INTERMEDIATE.
+_MAXIMA: dict[str, int] = {
+    **dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers"), limits.MAX_LAYERS),
+    **dict.fromkeys(
+        (
+            "num_attention_heads", "n_head", "num_heads", "num_key_value_heads", "num_kv_heads",
+            "n_head_kv", "linear_num_key_heads", "linear_num_value_heads", "mamba_n_heads",
+            "mamba_num_heads",
+        ),
+        limits.MAX_HEADS,
+    ),
+    **dict.fromkeys(
+        (
+            "head_dim", "attention_head_dim", "qk_rope_head_dim", "qk_nope_head_dim",
+            "v_head_dim", "kv_lora_rank", "linear_key_head_dim", "linear_value_head_dim",
+            "mamba_d_head", "mamba_head_dim",
+        ),
+        limits.MAX_HEAD_DIM,
+    ),
+    **dict.fromkeys(
+        ("hidden_size", "n_embd", "d_model", "n_embed", "q_lora_rank", "mamba_dt_rank"),
+        limits.MAX_HIDDEN,
+    ),
+    **dict.fromkeys(("vocab_size", "padded_vocab_size"), limits.MAX_VOCAB),
+    **dict.fromkeys(
+        (
+            "n_routed_experts", "num_local_experts", "num_experts", "num_experts_per_tok",
+            "experts_per_token", "num_experts_per_token", "n_shared_experts",
+        ),
+        limits.MAX_EXPERTS,
+    ),
+    **dict.fromkeys(
+        ("max_position_embeddings", "n_positions", "seq_length", "attention_chunk_size"),
+        limits.MAX_CONTEXT_TOKENS,
+    ),
+    **dict.fromkeys(
+        (
+            "full_attention_interval", "no_rope_layer_interval", "attn_layer_period",
+            "attn_layer_offset", "max_window_layers", "interleave_moe_layer_step",
+            "expert_layer_period", "expert_layer_offset", "decoder_sparse_step",
+            "first_k_dense_replace", "moe_layer_freq",
+        ),
+        limits.MAX_LAYERS,
+    ),
+    **dict.fromkeys(
+        (
+            "mamba_expand", "mamba_d_conv", "conv_kernel", "linear_conv_kernel_dim",
+            "mamba_d_state", "ssm_state_size", "mamba_n_groups", "n_groups",
+        ),
+        limits.MAX_STATE_DIM,
+    ),
+}  # fmt: skip
+
+
+def _bounded(value: int, key: str) -> int:
+    """Return ``value``, refusing one above the plausible maximum for ``key``."""
+    problem = limits.bound_problem(value, _MAXIMA.get(key, limits.MAX_INTERMEDIATE))
+    if problem:
+        raise InputError(problem, field=key)
+    return value
+
+
 def _int(cfg: dict, *keys: str, default: Any = ..., minimum: int = 1) -> Any:
-    """Return the first of ``keys`` present and not null, as a positive int."""
+    """Return the first of ``keys`` present and not null, as a bounded positive int."""
     for key in keys:
         if cfg.get(key) is not None:
             v = cfg[key]
             if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-                raise InputError(f"must be an integer >= {minimum}, got {v!r}", field=key)
-            return v
+                shown = repr(v) if len(repr(v)) <= 60 else f"a {type(v).__name__}"
+                raise InputError(f"must be an integer >= {minimum}, got {shown}", field=key)
+            return _bounded(v, key)
     if default is ...:
         raise InputError("required field is missing", field=keys[0])
+    if isinstance(default, int) and not isinstance(default, bool):
+        return _bounded(default, keys[0])
     return default
+
+
+def _int_list(cfg: dict, key: str, n_layers: int) -> list[int] | None:
+    """Return ``cfg[key]`` as a list of layer indices, or None when absent."""
+    v = cfg.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, list) or any(
+        isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in v
+    ):
+        raise InputError(f"must be a list of layer indices (0 to {n_layers - 1})", field=key)
+    return v
 
 
 def _bool(cfg: dict, key: str, default: bool) -> bool:
@@ -698,7 +805,9 @@ def _layer_types(cfg: dict, mt: str, n_layers: int) -> list[str] | None:
     if mt == "falcon_h1":
         named = cfg.get("layers_block_type", cfg.get("layer_types"))
         if named is not None and (
-            not isinstance(named, list) or len(named) != n_layers or set(named) != {"hybrid"}
+            not isinstance(named, list)
+            or len(named) != n_layers
+            or any(not isinstance(t, str) or t != "hybrid" for t in named)
         ):
             raise InputError(
                 f"Falcon-H1 layers are all 'hybrid' (attention beside Mamba-2), {n_layers} of them",
@@ -736,11 +845,10 @@ def _layer_types(cfg: dict, mt: str, n_layers: int) -> list[str] | None:
         period = _int(cfg, "attn_layer_period", default=8)
         offset = _int(cfg, "attn_layer_offset", default=4, minimum=0)
         return ["attention" if i % period == offset else "mamba" for i in range(n_layers)]
-    if cfg.get("attn_layer_indices") is not None:
-        attn = cfg["attn_layer_indices"]
-        if not isinstance(attn, list):
-            raise InputError("must list layer indices", field="attn_layer_indices")
-        return ["attention" if i in attn else "mamba" for i in range(n_layers)]
+    attn = _int_list(cfg, "attn_layer_indices", n_layers)
+    if attn is not None:
+        at = set(attn)
+        return ["attention" if i in at else "mamba" for i in range(n_layers)]
     if mt == "granitemoehybrid":
         return ["mamba"] * n_layers
     return None
@@ -790,19 +898,23 @@ def _nemotron_h_blocks(cfg: dict, n_layers: int) -> list[str]:
 
 def _windows(cfg: dict, mt: str, n_layers: int) -> tuple[int | None, ...]:
     window = cfg.get("sliding_window")
-    if window is not None and (
-        isinstance(window, bool) or not isinstance(window, int) or window < 1
-    ):
-        raise InputError(
-            f"must be a positive integer or null, got {window!r}", field="sliding_window"
-        )
+    if window is not None:
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            shown = repr(window) if len(repr(window)) <= 60 else f"a {type(window).__name__}"
+            raise InputError(
+                f"must be a positive integer or null, got {shown}", field="sliding_window"
+            )
+        problem = limits.bound_problem(window, limits.MAX_CONTEXT_TOKENS, "tokens")
+        if problem:
+            raise InputError(problem, field="sliding_window")
     types = _layer_types(cfg, mt, n_layers)
     if types is not None:
         out: list[int | None] = []
         for i, kind in enumerate(types):
-            if kind not in _LAYER_TYPES:
+            if not isinstance(kind, str) or kind not in _LAYER_TYPES:
+                shown = repr(kind) if len(repr(kind)) <= 60 else f"a {type(kind).__name__}"
                 raise InputError(
-                    f"unsupported layer type {kind!r}; known: {', '.join(sorted(_LAYER_TYPES))}",
+                    f"unsupported layer type {shown}; known: {', '.join(sorted(_LAYER_TYPES))}",
                     field=f"layer_types[{i}]",
                 )
             if kind in _STATE_TYPES or kind in _MLP_ONLY_TYPES:
@@ -819,7 +931,9 @@ def _windows(cfg: dict, mt: str, n_layers: int) -> tuple[int | None, ...]:
         return tuple(out)
     if window is None:
         return (None,) * n_layers
-    if mt in ("gemma2",):  # transformers' Gemma2: even layers slide, odd layers are global
+    # transformers' Gemma2 and gpt-oss (GptOssConfig: "sliding_attention" if (i + 1) % 2, else
+    # "full_attention", configuration_gpt_oss.py): even layers slide, odd layers are global
+    if mt in ("gemma2", "gpt_oss"):
         return tuple(window if i % 2 == 0 else None for i in range(n_layers))
     pattern = cfg.get("sliding_window_pattern")
     if isinstance(pattern, int) and pattern > 1:  # Gemma 3: every pattern-th layer is global
@@ -850,13 +964,14 @@ def _moe(cfg: dict, mt: str, n_layers: int) -> tuple[Moe | None, tuple[bool, ...
         shared, shared_f = 1, f
     if mt == "granitemoehybrid":  # shared_mlp beside block_sparse_moe in every layer
         shared, shared_f = 1, _int(cfg, "shared_intermediate_size", default=1024)
-    dense_only = set(cfg.get("mlp_only_layers") or [])
+    dense_only = set(_int_list(cfg, "mlp_only_layers", n_layers) or [])
     if mt == "llama4_text":
-        moe_at = cfg.get("moe_layers")
+        moe_at = _int_list(cfg, "moe_layers", n_layers)
         if moe_at is None:  # Llama4TextConfig: range(step - 1, layers, step)
             step = _int(cfg, "interleave_moe_layer_step", default=1)
             moe_at = list(range(step - 1, n_layers, step))
-        layers = tuple(i in moe_at for i in range(n_layers))
+        moe_set = set(moe_at)
+        layers = tuple(i in moe_set for i in range(n_layers))
     elif mt == "jamba":  # JambaConfig.layers_num_experts
         period = _int(cfg, "expert_layer_period", default=2)
         offset = _int(cfg, "expert_layer_offset", default=1, minimum=0)
@@ -1019,7 +1134,7 @@ def from_hf_config(
         if "tie_word_embeddings" not in text and "tie_word_embeddings" in cfg:
             inner["tie_word_embeddings"] = cfg["tie_word_embeddings"]  # the wrapper's own flag
         cfg = inner
-    mt = str(cfg.get("model_type", "")).lower()
+    mt = plain_text(cfg.get("model_type") or "", field="model_type").lower()
     hidden = _int(cfg, "hidden_size", "n_embd", "d_model", "n_embed")
     depth: Any = ...
     if mt == "nemotron_h":  # newer NemotronHConfig files count the layers in their block list
@@ -1073,13 +1188,14 @@ def from_hf_config(
     kinds = tuple(t if t in _STATE_TYPES | _MLP_ONLY_TYPES else "attention" for t in types)
     parallel_mamba = mt == "falcon_h1"
     tie = _bool(cfg, "tie_word_embeddings", mt not in _UNTIED_DEFAULT)
-    proj = cfg.get("word_embed_proj_dim") if mt == "opt" else None
+    proj = _int(cfg, "word_embed_proj_dim", default=None) if mt == "opt" else None
     meta = meta or {}
-    published = meta.get("published_params") or {}
-    return Model(
+    published = _published(meta)
+    ident = _ident(ident, field="id")
+    model = Model(
         id=ident,
-        name=name or ident,
-        source=source,
+        name=plain_text(name, field="name") if name else ident,
+        source=plain_text(source, field="source", max_chars=NOTE_CHARS),
         model_type=mt or "unknown",
         n_layers=n_layers,
         hidden=hidden,
@@ -1118,15 +1234,81 @@ def from_hf_config(
         parallel_mamba=parallel_mamba,
         mlp_layers=tuple(k == "mlp" for k in kinds) if mt == "nemotron_h" else (),
         attn_output_gate=_bool(cfg, "attn_output_gate", mt == "qwen3_next"),
-        native_dtype=str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"),
+        native_dtype=plain_text(
+            cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16", field="torch_dtype"
+        ),
         published_params=published.get("value"),
         published_active_params=published.get("active"),
-        published_source=str(published.get("source", "")),
-        hf_id=str(meta.get("hf_id", "")),
+        published_source=published.get("source", ""),
+        hf_id=_ident(meta.get("hf_id") or "", field="hf_id"),
     )
+    _check_size(model)
+    return model
+
+
+def _ident(value: Any, *, field: str) -> str:
+    """Return an id: one line of plain text of at most MAX_ID_CHARS characters."""
+    return plain_text(value, field=field, max_chars=limits.MAX_ID_CHARS)
+
+
+def _published(meta: dict) -> dict:
+    """Return a model file's published_params: value and active (positive numbers), source."""
+    published = meta.get("published_params")
+    if published is None:
+        return {}
+    if not isinstance(published, dict):
+        raise InputError("must be a mapping of value, active and source", field="published_params")
+    out: dict = {}
+    for key in ("value", "active"):
+        v = published.get(key)
+        if v is None:
+            continue
+        if not is_finite_number(v) or not 0 < v <= limits.MAX_PARAMS:
+            raise InputError(
+                f"must be a number of parameters from 1 to {limits.MAX_PARAMS:.3g}",
+                field=f"published_params.{key}",
+            )
+        out[key] = v
+    source = published.get("source", "")
+    out["source"] = plain_text(source, field="published_params.source", max_chars=NOTE_CHARS)
+    return out
+
+
+def _check_size(m: Model) -> None:
+    """Refuse a shape whose cache, state or weights the model's int64 arithmetic cannot hold.
+
+    Each number is already within its bound; these products of them are checked in Python
+    integers before any per-layer array is built (spec/limits.py).
+    """
+    vector = max(
+        sum(count * kv_vector_bytes(length, fmt) for count, length in m.kv_vectors())
+        for fmt in KvFormat
+    )
+    per_token = vector * sum(k == "attention" for k in m.kinds)
+    if per_token > limits.MAX_KV_BYTES_PER_TOKEN:
+        raise InputError(
+            f"one token's KV cache over all layers would be {per_token:,} bytes; at most "
+            f"{limits.MAX_KV_BYTES_PER_TOKEN:,} are modelled",
+            field="num_hidden_layers",
+        )
+    state = sum(int(v) for v in m.state_values_per_layer()) * 4
+    if state > limits.MAX_STATE_BYTES_PER_REQUEST:
+        raise InputError(
+            f"one request's recurrent state would be {state:,} bytes; at most "
+            f"{limits.MAX_STATE_BYTES_PER_REQUEST:,} are modelled",
+            field="num_hidden_layers",
+        )
+    if m.params > limits.MAX_PARAMS:
+        raise InputError(
+            f"{m.params:,} parameters is more than the {limits.MAX_PARAMS:,} this tool models",
+            field="num_hidden_layers",
+        )
 
 
 # -- loading --------------------------------------------------------------------------------
+_MODEL_SUFFIXES = {".json", ".yaml", ".yml"}
+
+
 def model_ids() -> list[str]:
     """Return the catalog's model ids."""
     return list(catalog.model_paths())
@@ -1144,20 +1326,30 @@ def _from_model_file(raw: dict, path: Path, ident: str) -> Model:
         raise InputError(
             "a model file needs a 'config' mapping (the HF config.json)",
             field="config",
-            file=str(path),
+            file=display_name(str(path)),
         )
     src = raw.get("source") or {}
-    url = src.get("url", "") if isinstance(src, dict) else str(src)
+    url = src.get("url", "") if isinstance(src, dict) else src
+    try:  # the file's own fields first, so that their errors are not placed under config
+        _ident(raw.get("id", ident), field="id")
+        if raw.get("name"):
+            plain_text(raw["name"], field="name")
+        if url:
+            plain_text(url, field="source", max_chars=NOTE_CHARS)
+        _ident(raw.get("hf_id") or "", field="hf_id")
+        _published(raw)
+    except InputError as exc:
+        raise exc.within(file=display_name(str(path))) from None
     try:
         return from_hf_config(
             cfg,
-            ident=str(raw.get("id", ident)),
+            ident=raw.get("id", ident),
             name=raw.get("name"),
             source=url or str(path),
             meta=raw,
         )
     except InputError as exc:
-        raise exc.within(file=str(path), field="config") from None
+        raise exc.within(file=display_name(str(path)), field="config") from None
 
 
 def load_model(ref: str | Path) -> Model:
@@ -1165,10 +1357,15 @@ def load_model(ref: str | Path) -> Model:
     text = str(ref)
     if text in catalog.model_paths():
         return _catalog_model(text)
-    path = Path(text)
-    if path.is_dir() and (path / "config.json").is_file():
+    try:
+        path = Path(check_path(text))
+    except InputError:
+        if "/" in text or Path(text[-8:]).suffix.lower() in _MODEL_SUFFIXES:
+            raise
+        raise catalog.unknown_id("model", text, catalog.model_paths()) from None
+    if _is(path, stat.S_ISDIR) and _is(path / "config.json", stat.S_ISREG):
         path = path / "config.json"
-    if path.suffix.lower() in {".json", ".yaml", ".yml"} or path.exists():
+    if path.suffix.lower() in _MODEL_SUFFIXES or _is(path, None):
         raw = load_mapping(path)
         ident = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
         ident = ident.lower() or "model"
@@ -1177,5 +1374,11 @@ def load_model(ref: str | Path) -> Model:
         try:
             return from_hf_config(raw, ident=ident, source=str(path))
         except InputError as exc:
-            raise exc.within(file=str(path)) from None
+            raise exc.within(file=display_name(str(path))) from None
     raise catalog.unknown_id("model", text, catalog.model_paths())
+
+
+def _is(path: Path, kind: Any) -> bool:
+    """True when ``path`` exists (and, given ``kind``, is that kind of file); never raises."""
+    mode = stat_mode(path)
+    return mode is not None and (kind is None or kind(mode))

@@ -91,7 +91,15 @@ _HINTS = {
 }
 
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf|infinity)"
-_QUANTITY = re.compile(rf"^\s*(?P<num>{_NUMBER})\s*(?P<unit>\S.*?)?\s*$", re.IGNORECASE)
+# Matched against the stripped text, so no part can backtrack over a run of spaces: linear time.
+_QUANTITY = re.compile(rf"(?P<num>{_NUMBER})\s*(?P<unit>.*)", re.IGNORECASE | re.DOTALL)
+# The longest quantity anyone writes ('1.4e6 IOPS', '312 TFLOP/s') is a few dozen characters.
+MAX_QUANTITY_CHARS = 100
+
+
+def _shown(text: str) -> str:
+    """Return ``text`` quoted for an error message, shortened when it is long."""
+    return repr(text if len(text) <= 40 else text[:39] + "…")
 
 
 class UnitError(ValueError):
@@ -103,30 +111,36 @@ def parse_quantity(text: object, dim: Dim) -> float:
     if isinstance(text, bool) or not isinstance(text, str | int | float):
         raise UnitError(f"expected a quantity with a unit such as {EXAMPLES[dim]}")
     if isinstance(text, int | float):
-        raise UnitError(f"{text!r} has no unit; write it with one, e.g. {EXAMPLES[dim]}")
+        shown = repr(text) if abs(text) < 1e30 else "a very large number"
+        raise UnitError(f"{shown} has no unit; write it with one, e.g. {EXAMPLES[dim]}")
+    if len(text) > MAX_QUANTITY_CHARS:
+        raise UnitError(
+            f"{_shown(text)} is {len(text)} characters long; a quantity is at most "
+            f"{MAX_QUANTITY_CHARS}, e.g. {EXAMPLES[dim]}"
+        )
     if "," in text:
-        raise UnitError(f"{text!r}: write numbers without commas, e.g. {EXAMPLES[dim]}")
-    m = _QUANTITY.match(text)
+        raise UnitError(f"{_shown(text)}: write numbers without commas, e.g. {EXAMPLES[dim]}")
+    m = _QUANTITY.fullmatch(text.strip())
     if not m:
-        raise UnitError(f"{text!r} is not a number followed by a unit, e.g. {EXAMPLES[dim]}")
-    unit = m.group("unit")
-    if unit is None:
-        raise UnitError(f"{text!r} has no unit; write it with one, e.g. {EXAMPLES[dim]}")
-    unit = unit.replace(" ", "")
+        raise UnitError(f"{_shown(text)} is not a number followed by a unit, e.g. {EXAMPLES[dim]}")
+    unit = m.group("unit").replace(" ", "")
+    if not unit:
+        raise UnitError(f"{_shown(text)} has no unit; write it with one, e.g. {EXAMPLES[dim]}")
     if unit not in UNITS:
         hint = _HINTS.get(unit)
         raise UnitError(
-            f"{text!r}: " + (hint or f"unknown unit {unit!r}; expected e.g. {EXAMPLES[dim]}")
+            f"{_shown(text)}: "
+            + (hint or f"unknown unit {_shown(unit)}; expected e.g. {EXAMPLES[dim]}")
         )
     got, factor = UNITS[unit]
     if got is not dim:
         raise UnitError(
-            f"{text!r} is a {got.value}, expected a {dim.value} such as {EXAMPLES[dim]}"
+            f"{_shown(text)} is a {got.value}, expected a {dim.value} such as {EXAMPLES[dim]}"
         )
     number = float(m.group("num"))
     value = number / -factor if factor < 0 else number * factor
     if not math.isfinite(value):
-        raise UnitError(f"{text!r} is not a finite number")
+        raise UnitError(f"{_shown(text)} is not a finite number")
     return value
 
 

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import mmap
 import os
 import platform
+import secrets
+import signal
 import socket
+import stat
 import tempfile
 import threading
 import time
@@ -24,7 +28,7 @@ from pydantic import BaseModel
 
 from kvoffload import __version__
 from kvoffload.spec import catalog
-from kvoffload.spec.errors import InputError
+from kvoffload.spec.errors import InputError, one_line
 from kvoffload.spec.hardware import (
     PART_MODELS,
     Gpu,
@@ -34,9 +38,61 @@ from kvoffload.spec.hardware import (
     build_system,
     load_system,
 )
+from kvoffload.spec.limits import MAX_NAME_BYTES
+from kvoffload.spec.text import NAME_CHARS, NOTE_CHARS
 from kvoffload.spec.units import format_bandwidth, format_bytes
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+SCRATCH_PREFIX = ".kvoffload-measure-"  # the storage test's scratch file, removed on every exit
+PROFILE_MODE = 0o644  # a profile is shared like any config file (less where the umask says so)
+# the signals that stop a measurement cleanly: Ctrl-C, kill, and a closed terminal
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+
+
+class Interrupted(BaseException):
+    """A stop signal arrived: raised in the main thread so every ``finally`` cleans up.
+
+    A BaseException, like KeyboardInterrupt, so that no ``except Exception`` swallows it.
+    """
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+        super().__init__(self.name)
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """Turn SIGINT, SIGTERM and SIGHUP into ``Interrupted`` while the block runs.
+
+    The first signal raises; any later one does nothing, so that the clean-up it started (the
+    scratch file removed, the reader threads joined) runs to its end. A signal ignored
+    when the block starts stays ignored; outside the main thread, where Python cannot set
+    handlers, the block runs as it is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    stopping: list[int] = []
+
+    def stop(signum: int, _frame: object) -> None:
+        if not stopping:  # not SIG_IGN: a signal already pending would then warn on stderr
+            stopping.append(signum)
+            raise Interrupted(signum)
+
+    # a signal ignored when the command started stays ignored (`nohup`, a background job)
+    previous = {
+        sig: signal.signal(sig, stop)
+        for sig in STOP_SIGNALS
+        if signal.getsignal(sig) is not signal.SIG_IGN
+    }
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 @dataclass(frozen=True)
@@ -93,6 +149,17 @@ def _key(part: type[BaseModel], name: str) -> str:
     if name not in part.model_fields:
         raise ValueError(f"the {kind} schema has no field {name!r}")
     return f"{kind}.{name}"
+
+
+def plain_note(text: object, limit: int = NOTE_CHARS) -> str:
+    """Return ``text`` (an error's message, a path) as one line of plain text of ``limit`` chars.
+
+    A skip reason or note built from an exception may span lines or hold control characters,
+    which the profile's own schema (spec/text.py) refuses: whitespace is collapsed, anything
+    unprintable escaped, and the text shortened.
+    """
+    line = one_line(" ".join(str(text).split())) or ""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _provenance(what: str) -> str:
@@ -183,9 +250,12 @@ def host_memory(plan: Plan, report: Report, progress: Callable[[str], None]) -> 
 # -- storage ----------------------------------------------------------------------------------------
 @contextlib.contextmanager
 def _scratch_file(directory: Path, nbytes: int) -> Iterator[Path]:
-    fd, name = tempfile.mkstemp(prefix=".kvoffload-measure-", dir=directory)
-    path = Path(name)
+    """Yield a scratch file of ``nbytes`` random bytes; it is removed however the block ends."""
+    # named before it exists, so that a signal between creating it and entering the `try`
+    # cannot leave it behind
+    path = directory / f"{SCRATCH_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
     try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         block = os.urandom(MiB)
         with os.fdopen(fd, "wb") as f:
             for _ in range(nbytes // MiB):
@@ -218,27 +288,36 @@ def _random_reads(
     """Return bytes/s for random ``size`` reads with ``depth`` requests in flight."""
     blocks = file_bytes // size
     stop = time.perf_counter() + seconds
+    halt = threading.Event()  # set when the main thread leaves early (a signal): stop reading
     done = [0] * depth
     lock = threading.Lock()
 
     def worker(i: int) -> None:
         rng = np.random.default_rng(i)
         buf = mmap.mmap(-1, size)  # page-aligned, as O_DIRECT needs
-        while time.perf_counter() < stop:
-            offset = int(rng.integers(blocks)) * size
-            os.preadv(fd, [buf], offset)
-            with lock:
-                done[i] += size
-        buf.close()
+        try:
+            while not halt.is_set() and time.perf_counter() < stop:
+                offset = int(rng.integers(blocks)) * size
+                os.preadv(fd, [buf], offset)
+                with lock:
+                    done[i] += size
+        finally:
+            buf.close()
 
     if not direct:
         _drop_cache(fd)
     t0 = time.perf_counter()
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(depth)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(depth)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:  # on a signal too: no reader outlives the file descriptor it reads
+        halt.set()
+        for t in threads:
+            if t.is_alive():
+                t.join()
     return sum(done) / (time.perf_counter() - t0)
 
 
@@ -430,7 +509,9 @@ def gpu(plan: Plan, report: Report, progress: Callable[[str], None]) -> None:
             "tokens": tokens,
         },
     ]
-    report.notes.append(f"GPU: {torch.cuda.get_device_name(0)}, PyTorch {torch.__version__}")
+    report.notes.append(
+        plain_note(f"GPU: {torch.cuda.get_device_name(0)}, PyTorch {torch.__version__}")
+    )
 
 
 # -- the profile ------------------------------------------------------------------------------------------
@@ -449,11 +530,13 @@ def run_plan(
     try:
         storage(plan, report, say, directory)
     except OSError as exc:
-        report.skipped.append(f"storage: could not measure in {directory}: {exc.strerror or exc}")
+        report.skipped.append(
+            plain_note(f"storage: could not measure in {directory}: {exc.strerror or exc}")
+        )
     try:
         gpu(plan, report, say)
     except Exception as exc:  # a broken driver must not lose the host and storage figures
-        report.skipped.append(f"GPU: measurement failed: {type(exc).__name__}: {exc}")
+        report.skipped.append(plain_note(f"GPU: measurement failed: {type(exc).__name__}: {exc}"))
     return report
 
 
@@ -469,7 +552,9 @@ def profile(report: Report, *, base: str, ident: str, name: str) -> dict[str, An
         kind, fld = key.split(".")
         measured.setdefault(kind, {})[fld] = fig if "kind" in fig else fig["value"]
     names = {
-        "host": f"this machine's host ({platform.processor() or platform.machine()})",
+        "host": plain_note(
+            f"this machine's host ({platform.processor() or platform.machine()})", NAME_CHARS
+        ),
         "storage": "the measured filesystem's device",
     }
     out: dict[str, Any] = {
@@ -491,8 +576,8 @@ def profile(report: Report, *, base: str, ident: str, name: str) -> dict[str, An
             out[kind] = {"base": ref, **fields} if isinstance(ref, str) else {**ref, **fields}
     out["measurements"] = {
         "tables": report.tables,
-        "skipped": report.skipped,
-        "notes": report.notes,
+        "skipped": [plain_note(s) for s in report.skipped],
+        "notes": [plain_note(n) for n in report.notes],
     }
     out = yaml.safe_load(yaml.safe_dump(out, sort_keys=False))  # plain values, as the file holds
     try:
@@ -500,6 +585,75 @@ def profile(report: Report, *, base: str, ident: str, name: str) -> dict[str, An
     except InputError as exc:  # a schema change the measurement did not follow: say so
         raise exc.within(file=f"measured profile {ident!r}") from None
     return out
+
+
+def check_out(out: Path) -> Path:
+    """Return the file a profile for ``out`` goes to; InputError when it could not be written.
+
+    Called before measuring: a folder that is missing, not a folder or not writable, or an
+    ``out`` that is a directory or another non-file, is refused in one line.
+    """
+    where = {"file": str(out), "field": "--out"}
+    target = Path(os.path.realpath(out))  # through a symbolic link to the file it names
+    if len(target.name.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
+        raise InputError(f"the file name is longer than {MAX_NAME_BYTES} bytes", **where)
+    if target.is_dir():
+        raise InputError("is a directory; give a file name for the profile", **where)
+    if target.exists() and not stat.S_ISREG(target.stat().st_mode):
+        raise InputError("exists and is not a regular file; give a file name", **where)
+    folder = target.parent
+    if not folder.is_dir():
+        what = "does not exist" if not folder.exists() else "is not a directory"
+        raise InputError(f"its folder {folder} {what}", **where)
+    try:  # the only sure test of writability (root ignores permission bits, a mount may be ro)
+        fd, probe = tempfile.mkstemp(prefix=".kvoffload-probe-", dir=folder)
+    except OSError as exc:
+        raise InputError(f"cannot write in {folder}: {exc.strerror or exc}", **where) from None
+    os.close(fd)
+    os.unlink(probe)
+    return target
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (os.write may write less than asked)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def write_profile(raw: dict[str, Any], out: Path) -> None:
+    """Write a profile to ``out`` whole or not at all, mode 0644 (less where the umask says so).
+
+    A temporary file in the same folder is written, synced and renamed over ``out``. On any failure (a full disk, a signal) the temporary file is removed and ``out`` is left
+    as it was; an OSError becomes an InputError naming the file.
+    """
+    target = check_out(out)
+    text = (
+        "# Written by `kvoffload measure`: measured figures say how and when they were taken.\n"
+        + yaml.safe_dump(raw, sort_keys=False, allow_unicode=True)
+    )
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp: str | None = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".kvoffload-profile-", suffix=".tmp", dir=target.parent)
+        try:
+            os.fchmod(fd, PROFILE_MODE & ~umask)
+            _write_all(fd, text.encode("utf-8"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+        tmp = None
+    except OSError as exc:
+        problem = exc.strerror or str(exc)
+        if exc.errno == errno.ENOSPC:
+            problem += "; nothing was written"
+        raise InputError(f"could not write the profile: {problem}", file=str(out)) from None
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 def summarise(report: Report) -> list[str]:

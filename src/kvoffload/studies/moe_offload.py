@@ -24,6 +24,7 @@ from kvoffload.model.prediction import Scenario
 from kvoffload.spec.errors import InputError
 from kvoffload.spec.models import Model
 from kvoffload.spec.precision import WeightFormat
+from kvoffload.spec.text import markdown_text
 from kvoffload.spec.units import format_number
 
 # The formats tried for "a smaller format on the GPU", largest first; mxfp4 only where the model
@@ -309,7 +310,7 @@ class Headline:
     @property
     def answer(self) -> str:
         """Return the chapter's answer for this machine in one or two sentences (Markdown)."""
-        name = f"{self.model_name} in {self.weights.upper()}"
+        name = f"{markdown_text(self.model_name)} in {self.weights.upper()}"  # a user's config
         if self.whole_fits:
             return (
                 f"{name} fits this GPU whole ({format_number(self.whole_gb)} GB of {format_number(self.gpu_gb)} GB with "
