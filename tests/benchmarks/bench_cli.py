@@ -56,6 +56,41 @@ def _config_us(repeat: int = 2000) -> float:
     return statistics.median(runs) * 1e6
 
 
+def _llm_analysis_us(repeat: int = 300) -> float | None:
+    """Return llm-analysis's median time for one inference configuration in µs, if installed.
+
+    The peer (pip install llm-analysis; it is not in the lock) answers the same kind of question
+    for one configuration: Llama-2-7B on an A100 SXM 80GB, 16-bit, batch 1, a 2,048-token
+    prompt, 32 generated tokens (its catalog has no Llama-3.1).
+    """
+    try:
+        import logging
+
+        from llm_analysis.analysis import LLMAnalysis
+        from llm_analysis.config import (
+            ParallelismConfig,
+            get_dtype_config_by_name,
+            get_gpu_config_by_name,
+            get_model_config_by_name,
+        )
+    except ImportError:
+        return None
+    logging.disable(logging.CRITICAL)  # it logs a summary per call
+    analysis = LLMAnalysis(
+        get_model_config_by_name("NousResearch_Llama-2-7b-hf"),
+        get_gpu_config_by_name("a100-sxm-80gb"),
+        get_dtype_config_by_name("w16a16e16"),
+        ParallelismConfig(),
+    )
+    runs = []
+    for _ in range(repeat + 1):
+        t0 = time.perf_counter()
+        analysis.inference(batch_size_per_gpu=1, seq_len=2048, num_tokens_to_generate=32)
+        runs.append(time.perf_counter() - t0)
+    logging.disable(logging.NOTSET)
+    return statistics.median(runs[1:]) * 1e6
+
+
 def _time(args: list[str], repeat: int = 3) -> float:
     runs = []
     for _ in range(repeat):
@@ -83,7 +118,12 @@ def main() -> None:
     print(f"bad_input_worst_s: {times[worst]:.3f} ({worst})")
     print(f"kv_query_s: {_time(['kv', 'llama-3.1-8b', '--seq', '128000', '--json']):.3f}")
     print(f"hardware_show_s: {_time(['hardware', 'show', 'a100-80gb-sxm-pcie4', '--json']):.3f}")
-    print(f"config_us: {_config_us():.1f}")
+    ours = _config_us()
+    print(f"config_us: {ours:.1f}")
+    peer = _llm_analysis_us()
+    if peer is not None:
+        print(f"llm_analysis_config_us: {peer:.1f}")
+        print(f"config_us_over_llm_analysis: {ours / peer:.2f}")
 
 
 if __name__ == "__main__":

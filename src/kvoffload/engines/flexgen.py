@@ -29,6 +29,7 @@ from kvoffload.model import capacity, decode, kv, working_memory
 from kvoffload.model.prediction import Prediction, Resolved, Scenario
 from kvoffload.spec import catalog
 from kvoffload.spec.errors import InputError
+from kvoffload.spec.limits import MAX_BATCH
 from kvoffload.spec.models import Model
 from kvoffload.spec.precision import WeightFormat
 from kvoffload.spec.units import format_bytes, format_number
@@ -49,7 +50,7 @@ class Options(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     percent: tuple[float, float, float, float, float, float] | None = None  # wG wC cG cC aG aC, %
-    gpu_batch_size: int | None = Field(None, ge=1, le=100_000, strict=True)
+    gpu_batch_size: int | None = Field(None, ge=1, le=MAX_BATCH, strict=True)
     num_gpu_batches: int | None = Field(None, ge=1, le=10_000, strict=True)
     cpu_attention: bool = Field(False, strict=True)
     compress_weight: bool = Field(False, strict=True)

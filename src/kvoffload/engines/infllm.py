@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from kvoffload.model import decode, kv
 from kvoffload.model.prediction import Prediction, Scenario, predict_setup
 from kvoffload.spec.errors import InputError
+from kvoffload.spec.limits import MAX_CONTEXT_TOKENS
 
 
 class Options(BaseModel):
@@ -27,8 +28,8 @@ class Options(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     block_size: int = Field(128, ge=1, le=65536, strict=True)
-    n_init: int = Field(128, ge=0, le=10**6, strict=True)
-    n_local: int = Field(4096, ge=1, le=10**7, strict=True)
+    n_init: int = Field(128, ge=0, le=MAX_CONTEXT_TOKENS, strict=True)
+    n_local: int = Field(4096, ge=1, le=MAX_CONTEXT_TOKENS, strict=True)
     topk: int = Field(16, ge=1, le=10**5, strict=True)
     repr_tokens: int = Field(4, ge=1, le=1024, strict=True)
     cached_blocks: int = Field(32, ge=0, le=10**6, strict=True)

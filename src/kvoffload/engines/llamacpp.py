@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
@@ -43,6 +44,7 @@ from kvoffload.model import cpu_rate, decode, kv, routing, tensor_groups, transf
 from kvoffload.model.prediction import Prediction, Resolved, Scenario
 from kvoffload.model.tensor_groups import TensorTable
 from kvoffload.spec import catalog
+from kvoffload.spec.limits import MAX_LAYERS
 from kvoffload.spec.units import format_bytes
 
 
@@ -66,9 +68,10 @@ class Options(BaseModel):
     """llama.cpp's options that decide placement."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    n_gpu_layers: int | None = Field(None, ge=0, le=100_000, strict=True)  # default: everything
+    # -ngl counts the output layer too: at most every layer and the head
+    n_gpu_layers: int | None = Field(None, ge=0, le=MAX_LAYERS + 1, strict=True)  # default: all
     no_kv_offload: bool = Field(False, strict=True)
-    n_cpu_moe: int = Field(0, ge=0, le=100_000, strict=True)  # --n-cpu-moe N
+    n_cpu_moe: int = Field(0, ge=0, le=MAX_LAYERS + 1, strict=True)  # --n-cpu-moe N
     cpu_moe: bool = Field(False, strict=True)  # --cpu-moe
     override_tensor: tuple[str, ...] = ()  # -ot, each "REGEX=CPU" or "REGEX=CUDA0" (or =cpu/=gpu)
     threads: int | None = Field(None, ge=1, le=4096, strict=True)  # -t; default: host.threads
@@ -211,6 +214,11 @@ def _hand_overs(sc: Scenario, table: TensorTable, on_gpu: np.ndarray) -> tuple[i
 
 def step_parts(sc: Scenario, context: np.ndarray, batch: float) -> dict[str, np.ndarray]:
     """Return seconds per token on the GPU, on the CPU and crossing devices, over ``context``."""
+    return _step_parts_at(sc, batch)(context)
+
+
+def _step_parts_at(sc: Scenario, batch: float) -> Callable[[np.ndarray], dict[str, np.ndarray]]:
+    """Return step_parts over a context for one scenario and batch, the rest computed once."""
     system, model = sc.system, sc.model
     share, sync = _constants(sc)
     pinned = sc.pinned_or(True)  # the CUDA backend copies through pinned host buffers
@@ -228,29 +236,17 @@ def step_parts(sc: Scenario, context: np.ndarray, batch: float) -> dict[str, np.
     kv_gpu_layer = np.append(layer_on_gpu[:-1] & (not sc.options.no_kv_offload), False)
     # attention over each position's cache, one request's bytes and FLOPs per cached token
     pos_class = np.array(lay.order)
-    ctx = np.asarray(context, dtype=np.float64)[..., None]
-    held = np.minimum(ctx, lay.window[pos_class])
+    window = lay.window[pos_class]
     kvb = lay.kv_per_token[pos_class] * float(
         kv.attention_layer_token_bytes(sc.setup.cache_model, sc.setup.kv)
     )
     # a recurrent layer (gated DeltaNet, Mamba) reads its fixed state and writes it back each step
     state = 2 * batch * lay.state_values[pos_class] * kv.state_value_bytes(sc.setup.kv)
-    kv_bytes = batch * held * kvb + state
-    attn_flops = batch * held * lay.attn_flops[pos_class]
+    attn_per_token = lay.attn_flops[pos_class]
     gpu_att = np.where(kv_gpu_layer, 1.0, 0.0)
     hbm, att_bw = system.gpu.streaming_bandwidth, system.gpu.attention_rate
-    gpu = (
-        np.maximum(
-            w_gpu / hbm + kv_bytes * gpu_att / att_bw,
-            (f_gpu + attn_flops * gpu_att) / system.compute_rate,
-        ).sum(axis=-1)
-        / share
-    )
     host_bw, host_flops = system.host.memory_bandwidth.value, system.host.flops.value
-    cpu = np.maximum(
-        w_cpu / cpu_weight_rate(sc) + kv_bytes * (1 - gpu_att) / host_bw,
-        (f_cpu + attn_flops * (1 - gpu_att)) / host_flops,
-    ).sum(axis=-1)
+    cpu_rate_w = cpu_weight_rate(sc)
     ups, downs = _hand_overs(sc, table, on_gpu)
     activations = batch * model.hidden * 4  # llama.cpp's activations are f32
     lat = system.link.latency.value
@@ -268,7 +264,25 @@ def step_parts(sc: Scenario, context: np.ndarray, batch: float) -> dict[str, np.
     # --split-mode layer: the activations pass from one GPU to the next at each boundary (the
     # profile has no GPU-GPU figure: its link's pinned rate and latency)
     link = link + gpu_boundaries(sc) * float(transfer.peer_time(system, activations))
-    return {"gpu": gpu, "cpu": cpu, "link": np.broadcast_to(link, np.shape(gpu))}
+
+    def at(context: np.ndarray) -> dict[str, np.ndarray]:
+        held = np.minimum(np.asarray(context, dtype=np.float64)[..., None], window)
+        kv_bytes = batch * held * kvb + state
+        attn_flops = batch * held * attn_per_token
+        gpu = (
+            np.maximum(
+                w_gpu / hbm + kv_bytes * gpu_att / att_bw,
+                (f_gpu + attn_flops * gpu_att) / system.compute_rate,
+            ).sum(axis=-1)
+            / share
+        )
+        cpu = np.maximum(
+            w_cpu / cpu_rate_w + kv_bytes * (1 - gpu_att) / host_bw,
+            (f_cpu + attn_flops * (1 - gpu_att)) / host_flops,
+        ).sum(axis=-1)
+        return {"gpu": gpu, "cpu": cpu, "link": np.broadcast_to(link, np.shape(gpu))}
+
+    return at
 
 
 def _shares(on_gpu: float, on_cpu: float) -> decode.Split:
@@ -280,9 +294,17 @@ def _shares(on_gpu: float, on_cpu: float) -> decode.Split:
 def predict(sc: Scenario) -> Prediction:
     """Return llama.cpp's time per token, prefill and memory for the scenario."""
     system, model, o = sc.system, sc.model, sc.options
-    t = decode.samples(sc.generate)
-    parts = step_parts(sc, sc.prompt + t, sc.batch)
-    step = parts["gpu"] + parts["cpu"] + parts["link"]  # llama.cpp runs the graph in order
+    parts_at = _step_parts_at(sc, sc.batch)
+
+    def per_token(_point: np.ndarray, context: np.ndarray) -> np.ndarray:
+        p = parts_at(context)
+        # llama.cpp runs the graph in order: the step is the sum of its parts
+        return np.stack([p["gpu"] + p["cpu"] + p["link"], p["gpu"], p["cpu"], p["link"]])
+
+    # the exact mean over every generated token (each part convex and piecewise linear in the
+    # context between the windows: sums of maxima of terms linear in min(context, window))
+    windows = decode.layers(model, sc.setup.weights).window
+    tpot, gpu_s, cpu_s, link_s = decode.token_mean(per_token, sc.prompt, sc.generate, windows)
     ngl, layer_on_gpu = placement(sc)
     table, on_gpu = tensor_devices(sc)
     w_gpu = float(table.nbytes[on_gpu].sum())
@@ -327,12 +349,12 @@ def predict(sc: Scenario) -> Prediction:
     )
     return Prediction(
         scenario=sc,
-        tpot_s=float(np.mean(step)),
+        tpot_s=float(tpot),
         ttft_s=ttft,
         streams_s={
-            "gpu": float(np.mean(parts["gpu"])),
-            "cpu": float(np.mean(parts["cpu"])),
-            "h2d": float(np.mean(parts["link"])),
+            "gpu": float(gpu_s),
+            "cpu": float(cpu_s),
+            "h2d": float(link_s),
             "d2h": 0.0,
             "disk_read": 0.0,
             "disk_write": 0.0,

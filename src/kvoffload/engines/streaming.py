@@ -381,12 +381,18 @@ def _zero_ranks(sc: Scenario, setup: decode.Setup, n: int) -> Prediction:
     rank_w = decode.Split(1 - w.off / n, w.cpu / n, w.disk / n)
     rank = replace(setup, placement=replace(p, weights=rank_w))
     lay = decode.layers(sc.model, setup.weights)
-    ctx = sc.prompt + decode.samples(sc.generate)
-    per = dict(decode.stream_times(rank, ctx, rank_batch))
-    per["disk_read"] = decode.stream_times(setup, ctx, rank_batch)["disk_read"]
     gather = peer_time(sc.system, lay.weight_bytes, share=(n - 1) / n)
-    per["h2d"] = per["h2d"] + gather
-    tpot = float(np.mean(decode.combine(per, lay, "pipeline")))
+
+    def per_token(_point: np.ndarray, context: np.ndarray) -> np.ndarray:
+        per = dict(decode.stream_times(rank, context, rank_batch))
+        per["disk_read"] = decode.stream_times(setup, context, rank_batch)["disk_read"]
+        per["h2d"] = per["h2d"] + gather
+        step = decode.combine(per, lay, "pipeline")
+        return np.stack([step, *(per[k] @ lay.count for k in decode.STREAMS)])
+
+    # the exact mean over every generated token: the pipeline's stages are maxima of streams
+    # convex and piecewise linear in the context between the windows, so their sum is too
+    tpot, *streams = decode.token_mean(per_token, sc.prompt, sc.generate, lay.window)
     # prefill: the rank's own part over its link, then the all-gathers, the drive reading it all
     step_w = decode.step_weight_bytes(sc.model, setup.weights)
     link_in = step_w * w.off / n / sc.system.copy_rate("h2d", pinned=p.pinned)
@@ -406,9 +412,9 @@ def _zero_ranks(sc: Scenario, setup: decode.Setup, n: int) -> Prediction:
     base = predict_setup(sc, setup)
     return replace(
         base,
-        tpot_s=tpot,
+        tpot_s=float(tpot),
         ttft_s=ttft,
-        streams_s={k: float(np.mean(v @ lay.count)) for k, v in per.items()},
+        streams_s={k: float(v) for k, v in zip(decode.STREAMS, streams, strict=True)},
         memory=mem,
     )
 

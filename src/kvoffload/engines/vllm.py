@@ -32,22 +32,24 @@ from kvoffload.model.prediction import Prediction, Scenario, predict_setup
 from kvoffload.model.transfer import link_time, peer_time
 from kvoffload.spec.errors import InputError
 from kvoffload.spec.hardware import System
+from kvoffload.spec.limits import MAX_PARAMS
 from kvoffload.spec.models import Model
 from kvoffload.spec.precision import WeightFormat
 
 GiB = 2**30
+# the most GiB of host memory an option may give: the largest plausible model's weights at fp32
+# (4 bytes a parameter, the widest weight format), 4 PiB, above any host a profile may describe
+MAX_HOST_GIB = MAX_PARAMS * 4 // GiB
 
 
 class Options(BaseModel):
     """vLLM's offloading options."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    cpu_offload_gb: float = Field(
-        0.0, ge=0.0, le=1e6
-    )  # GiB of weights per GPU kept in pinned host memory
-    kv_offloading_size: float = Field(
-        0.0, ge=0.0, le=1e6
-    )  # GiB of host memory for prefix-cache blocks
+    # GiB of weights per GPU kept in pinned host memory
+    cpu_offload_gb: float = Field(0.0, ge=0.0, le=MAX_HOST_GIB)
+    # GiB of host memory for prefix-cache blocks
+    kv_offloading_size: float = Field(0.0, ge=0.0, le=MAX_HOST_GIB)
     prefix_hit_rate: float = Field(0.0, ge=0.0, le=1.0)  # share of the prompt found in that cache
     # the share of each GPU's memory vLLM may use (vllm/config/cache.py @ c1d86421: default 0.9);
     # it leaves the rest to others, so the rest counts as taken
@@ -142,9 +144,6 @@ def _tensor_parallel(sc: Scenario, setup: decode.Setup, pred: Prediction, tp: in
     """Return one GPU's share of the step (1/tp of each layer) plus the collectives."""
     system, model = sc.system, sc.model
     lay = decode.layers(model, setup.weights)
-    ctx = sc.prompt + decode.samples(sc.generate)
-    per = decode.stream_times(setup, ctx, sc.batch)
-    gpu = per["gpu"] / tp  # the roofline of 1/tp of the bytes and of the FLOPs
     off = setup.placement.weights.off
     moved = lay.weight_bytes * off / tp
     h2d = link_time(system, moved, "h2d", transfers=moved > 0, pinned=setup.placement.pinned)
@@ -157,7 +156,15 @@ def _tensor_parallel(sc: Scenario, setup: decode.Setup, pred: Prediction, tp: in
         2 * _all_reduce_s(system, hidden, tp),
     )
     link = h2d + comm
-    step = (gpu + link) @ lay.count
+
+    def per_token(_point: np.ndarray, context: np.ndarray) -> np.ndarray:
+        # the roofline of 1/tp of the bytes and of the FLOPs, then the step with the collectives
+        gpu = decode.stream_times(setup, context, sc.batch)["gpu"] / tp
+        return np.stack([(gpu + link) @ lay.count, gpu @ lay.count])
+
+    # the exact mean over every generated token: the GPU's roofline is convex and piecewise
+    # linear in the context between the windows, the link time does not depend on it
+    step, gpu_s = decode.token_mean(per_token, sc.prompt, sc.generate, lay.window)
     comm_prefill = float(np.dot(lay.count, np.where(is_head, 0.0, 1.0))) * 2 * _all_reduce_s(
         system, hidden * sc.prompt, tp
     ) + _gather_s(system, sc.batch * model.vocab * act, tp)
@@ -167,11 +174,11 @@ def _tensor_parallel(sc: Scenario, setup: decode.Setup, pred: Prediction, tp: in
         latent = float(kv.batch_bytes(model, final, sc.batch, sc.setup.kv))
         mem = replace(mem, gpu=mem.gpu + (tp - 1) * latent)
     streams = dict(pred.streams_s)
-    streams["gpu"] = float(np.mean(gpu @ lay.count))
-    streams["h2d"] = float(np.mean(link @ lay.count))
+    streams["gpu"] = float(gpu_s)
+    streams["h2d"] = float(link @ lay.count)
     return replace(
         pred,
-        tpot_s=float(np.mean(step)),
+        tpot_s=float(step),
         ttft_s=pred.ttft_s / tp + comm_prefill,
         streams_s=streams,
         memory=mem,

@@ -10,6 +10,7 @@ weights) are computed once as a class, so sweeps over context × batch stay chea
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cache
 
@@ -239,6 +240,27 @@ def _class_rows(model: Model, weights: WeightFormat, order: list[int]) -> tuple[
     return nbytes[first], params[first]
 
 
+@cache
+def _classes_first(model: Model, weights: WeightFormat, ndim: int) -> Layers:
+    """Return the layer classes with their per-class rows on a leading axis, then ``ndim`` of size 1.
+
+    Elementwise work over a sweep runs several times faster when the class axis (a handful of
+    classes) is not the innermost one; combine and _stream_times take either layout.
+    """
+    lay = layers(model, weights)
+    col = (1,) * ndim
+    return replace(
+        lay,
+        **{
+            name: getattr(lay, name).reshape(len(lay.count), *col, *getattr(lay, name).shape[1:])
+            for name in (
+                "window", "kv_per_token", "weight_bytes", "expert_bytes", "dense_flops",
+                "attn_flops", "state_values", "group_bytes", "group_params",
+            )
+        },
+    )  # fmt: skip
+
+
 @dataclass(frozen=True)
 class WeightTraffic:
     """One step's weight work per layer class: bytes each side reads, FLOPs, copies, hand-overs."""
@@ -261,7 +283,8 @@ def weight_traffic(setup: Setup, lay: Layers, b: np.ndarray) -> WeightTraffic:
     p = setup.placement
     k, n = lay.expert_use
     r = setup.routing
-    active = touched_share(n, k, b, r.effective_experts)  # distinct routed experts the batch reads
+    # distinct routed experts the batch reads (a dense model has none: the share multiplies 0)
+    active = touched_share(n, k, b, r.effective_experts) if (k, n) != (1, 1) else 1.0
     if not p.groups and r.stream == "all":
         w = p.weights
         read = lay.weight_bytes - lay.expert_bytes + lay.expert_bytes * active
@@ -275,13 +298,13 @@ def weight_traffic(setup: Setup, lay: Layers, b: np.ndarray) -> WeightTraffic:
     gpu_b = cpu_b = gpu_f = cpu_f = moved = disk = 0.0
     crossing = np.zeros_like(lay.weight_bytes)
     for i, name in enumerate(tensor_groups.GROUPS):
-        full = lay.group_bytes[:, i]
+        full = lay.group_bytes[..., i]
         if not np.any(full):
             continue
         # groups not placed one by one: on the GPU beside placed groups, else the whole split
         g = placed.get(name, GroupPlacement(name, Split() if p.groups else p.weights))
         read = full * active if i == experts else full
-        flops = 2 * b * lay.group_params[:, i] * ((k / n) if i == experts else 1.0)
+        flops = 2 * b * lay.group_params[..., i] * ((k / n) if i == experts else 1.0)
         off = g.tier.cpu + g.tier.disk
         disk = disk + full * g.tier.disk
         if g.compute == "gpu":
@@ -304,15 +327,41 @@ def _kv_token_bytes(model: Model, fmt: KvFormat) -> float:
     return float(kv.attention_layer_token_bytes(model, fmt))  # one attention layer's, per token
 
 
-def _count(*flags: ArrayLike) -> np.ndarray:
-    """Return how many of the boolean arrays are true, element by element."""
-    return sum(np.asarray(f, dtype=np.int64) for f in flags)
-
-
 def stream_times(setup: Setup, context: ArrayLike, batch: ArrayLike) -> dict[str, np.ndarray]:
     """Return each stream's seconds per layer class, shape broadcast(context, batch) + (classes,)."""
+    return _stream_times(setup, context, batch, dense=True)
+
+
+def _full(x: ArrayLike, shape: tuple[int, ...]) -> np.ndarray:
+    """Return ``x`` as a C-contiguous array of ``shape`` (a copy unless it already is one)."""
+    if isinstance(x, np.ndarray) and x.shape == shape and x.flags.c_contiguous:
+        return x
+    out = np.empty(shape)
+    out[...] = x
+    return out
+
+
+def _view(x: ArrayLike, shape: tuple[int, ...]) -> np.ndarray:
+    """Return ``x`` broadcast to ``shape`` (itself when it has that shape)."""
+    return x if isinstance(x, np.ndarray) and x.shape == shape else np.broadcast_to(x, shape)
+
+
+def _any(x: ArrayLike) -> bool:
+    """Return whether any element of ``x`` is nonzero (an array or a number)."""
+    return bool(x.any()) if isinstance(x, np.ndarray) else bool(x)
+
+
+def _stream_times(
+    setup: Setup, context: ArrayLike, batch: ArrayLike, *, dense: bool, lay: Layers | None = None
+) -> dict[str, np.ndarray]:
+    """Return stream_times; ``dense``: the streams that may vary with the context as full arrays.
+
+    A matmul over a broadcast view may round differently from one over a full array, so the
+    public stream_times keeps the layouts it has always returned; sweeps that only combine the
+    streams skip the copies. ``lay``: the layer classes (see _classes_first), else the model's.
+    """
     sysm, p = setup.system, setup.placement
-    lay = layers(setup.model, setup.weights)
+    lay = lay or layers(setup.model, setup.weights)
     s = np.asarray(context, dtype=np.float64)[..., None]
     b = np.asarray(batch, dtype=np.float64)[..., None]
     kvb = lay.kv_per_token * _kv_token_bytes(setup.cache_model, setup.kv)
@@ -331,54 +380,85 @@ def stream_times(setup: Setup, context: ArrayLike, batch: ArrayLike) -> dict[str
     wt = weight_traffic(setup, lay, b)
     hbm, att_bw = sysm.gpu.streaming_bandwidth, sysm.gpu.attention_rate
     peak = sysm.compute_rate
-    kv_on_gpu_share = 1.0 if gpu_attends else c.gpu
-    gpu_flops = wt.gpu_flops + b * lay.attn_flops * held * kv_on_gpu_share
+    # terms that are 0 (or a share that is 1) are left out below: the same values, fewer passes
+    kv_off = _any(c.off)
+    attn_held = b * lay.attn_flops * held
     kv_rw = kv_layer + state  # the GPU reads the KV and the state, and writes the state back
-    gpu = np.maximum(wt.gpu_bytes / hbm + kv_rw * kv_on_gpu_share / att_bw, gpu_flops / peak)
-
-    zero = np.zeros_like(gpu)
-    if gpu_attends or np.all(np.asarray(c.off) == 0):
-        cpu = zero
+    if gpu_attends:
+        gpu_flops = wt.gpu_flops + attn_held
+        kv_read = kv_rw / att_bw
     else:
+        gpu_flops = wt.gpu_flops + attn_held * c.gpu
+        kv_read = kv_rw * c.gpu / att_bw
+    gpu = np.maximum(wt.gpu_bytes / hbm + kv_read, gpu_flops / peak)
+
+    cpu: np.ndarray | float = 0.0
+    cpu_attends = (not gpu_attends) and kv_off
+    if cpu_attends:
         host_bw = sysm.host.memory_bandwidth.value
-        cpu = np.maximum(
-            kv_layer * c.off / host_bw, b * lay.attn_flops * held * c.off / sysm.host.flops.value
-        )
+        cpu = np.maximum(kv_layer * c.off / host_bw, attn_held * c.off / sysm.host.flops.value)
     if p.groups:  # groups computed where they lie: CPU matmuls at the CPU's matvec rate
         rate = cpu_rate.weight_stream_rate(sysm.host, setup.weights)
         cpu = cpu + np.maximum(wt.cpu_bytes / rate, wt.cpu_flops / sysm.host.flops.value)
 
     w_moved = wt.moved
-    kv_in = kv_layer * c.off if gpu_attends else zero
-    cpu_attends = (not gpu_attends) and bool(np.any(np.asarray(c.off) > 0))
+    kv_in = kv_layer * c.off if gpu_attends and kv_off else 0.0
     qo = (
         np.where((lay.attn_flops > 0) & (c.off > 0), b * lay.qo_bytes / 2, 0.0)
         if cpu_attends
-        else zero
+        else 0.0
     )
     acts = wt.hand_overs * b * setup.model.hidden * 2  # hidden state to the CPU and back (fp16)
-    h2d_bytes = w_moved + kv_in + qo + acts
-    d2h_bytes = new_kv * c.off + qo + acts
+    h2d_bytes = w_moved + kv_in
+    for extra in (qo, acts):
+        if _any(extra):
+            h2d_bytes = h2d_bytes + extra
+    new_off = new_kv * c.off
+    d2h_bytes = new_off + qo + acts
     # copies that each pay the link's latency (counted as integers: a sum of booleans is an "or")
-    n_in = _count(w_moved > 0, kv_in > 0, qo > 0) + wt.hand_overs
-    n_out = _count((new_kv * c.off) > 0, qo > 0) + wt.hand_overs
+    n_in = wt.hand_overs + (w_moved > 0) + (qo > 0) + (kv_in > 0)
+    n_out = wt.hand_overs + (new_off > 0) + (qo > 0)
     h2d = link_time(sysm, h2d_bytes, "h2d", transfers=n_in, pinned=p.pinned)
     d2h = link_time(sysm, d2h_bytes, "d2h", transfers=n_out, pinned=p.pinned)
 
     st = sysm.storage
-    read_bytes = wt.from_disk + kv_layer * c.disk
+    read_bytes = wt.from_disk + kv_layer * c.disk if _any(c.disk) else wt.from_disk
     write_bytes = new_kv * c.disk
     disk_read = read_bytes / st.read_bandwidth.value + (read_bytes > 0) * st.read_latency.value
     disk_write = write_bytes / st.write_bandwidth.value
     shape = gpu.shape
+    if dense:
+        cpu, h2d, disk_read = _full(cpu, shape), _full(h2d, shape), _full(disk_read, shape)
+        if not cpu_attends:
+            d2h = _full(d2h, shape)
     return {
         "gpu": gpu,
-        "cpu": np.broadcast_to(cpu, shape),
-        "h2d": np.broadcast_to(h2d, shape),
-        "d2h": np.broadcast_to(d2h, shape),
-        "disk_read": np.broadcast_to(disk_read, shape),
-        "disk_write": np.broadcast_to(disk_write, shape),
+        "cpu": _view(cpu, shape),
+        "h2d": _view(h2d, shape),
+        "d2h": _view(d2h, shape),
+        "disk_read": _view(disk_read, shape),
+        "disk_write": _view(disk_write, shape),
     }
+
+
+@cache
+def _stages(
+    order: tuple[int, ...], depth: int = 5
+) -> tuple[tuple[int, tuple[tuple[int, int], ...]], ...]:
+    """Return the pipeline's distinct stages: how many times each runs and its (resource, class) pairs.
+
+    Resource r works on the layer at position k - r in stage k; the stages come in the order they
+    first run, each with the resources that have a layer in it.
+    """
+    n = len(order)
+    counts = Counter(
+        tuple(order[k - r] if 0 <= k - r < n else -1 for r in range(depth))
+        for k in range(n + depth - 1)
+    )
+    return tuple(
+        (times, tuple((r, li) for r, li in enumerate(layers_in_stage) if li >= 0))
+        for layers_in_stage, times in counts.items()
+    )
 
 
 def _pipeline(
@@ -388,37 +468,41 @@ def _pipeline(
     link_out: np.ndarray,
     disk_out: np.ndarray,
     order: tuple[int, ...],
+    first: bool = False,
 ) -> np.ndarray:
     """Five stages in flight: disk reads layer i+2, the link loads i+1, i computes, i-1 and i-2 store.
 
     Each argument is seconds per layer class; stage k ends when its slowest resource does. With no
     disk traffic this is the three-stage pipeline: the first load and the last store are exposed.
     """
-    n = len(order)
-    # resource r works on layer k - r in stage k
     work = (disk_in, link_in, comp, link_out, disk_out)
-    zero = np.zeros(comp.shape[:-1])
-    stages = Counter(
-        tuple(order[k - r] if 0 <= k - r < n else -1 for r in range(len(work)))
-        for k in range(n + len(work) - 1)
-    )
-    total = zero
-    for layers_in_stage, times in stages.items():
-        stage = zero
-        for r, li in enumerate(layers_in_stage):
-            if li >= 0:
-                stage = np.maximum(stage, work[r][..., li])
-        total = total + times * stage
+    # a resource with no work never ends a stage last (times are never negative): left out
+    busy = tuple(_any(w) for w in work)
+    total = np.zeros(comp.shape[1:] if first else comp.shape[:-1])
+    for times, pairs in _stages(order):
+        stage = None
+        for r, li in pairs:
+            if busy[r]:
+                x = work[r][li] if first else work[r][..., li]
+                stage = x if stage is None else np.maximum(stage, x)
+        if stage is not None:
+            total = total + times * stage
     return total
+
+
+def _class_sum(x: np.ndarray, lay: Layers) -> np.ndarray:
+    """Return per-class seconds summed over the model's layers (the class axis dropped)."""
+    if lay.window.ndim > 1:  # classes first (see _classes_first)
+        return np.tensordot(lay.count, x, axes=1)
+    return x @ lay.count
 
 
 def combine(streams: dict[str, np.ndarray], lay: Layers, overlap: str) -> np.ndarray:
     """Return the step time from per-class stream times under one overlap mode."""
-    cnt = lay.count
     if overlap == "none":
-        return sum(streams[k] for k in STREAMS) @ cnt
+        return _class_sum(sum(streams[k] for k in STREAMS), lay)
     if overlap == "perfect":
-        return np.max(np.stack([streams[k] @ cnt for k in STREAMS]), axis=0)
+        return np.max(np.stack([_class_sum(streams[k], lay) for k in STREAMS]), axis=0)
     # FlexGen's cost model: the host->GPU load, then the longest of the rest
     if overlap == "flexgen":
         per = streams["h2d"] + np.maximum.reduce(
@@ -429,7 +513,7 @@ def combine(streams: dict[str, np.ndarray], lay: Layers, overlap: str) -> np.nda
                 streams["gpu"] + streams["cpu"],
             ]
         )
-        return per @ cnt
+        return _class_sum(per, lay)
     if overlap == "pipeline":
         comp = streams["gpu"] + streams["cpu"]
         return _pipeline(
@@ -439,6 +523,7 @@ def combine(streams: dict[str, np.ndarray], lay: Layers, overlap: str) -> np.nda
             streams["d2h"],
             streams["disk_write"],
             lay.order,
+            lay.window.ndim > 1,
         )
     raise ValueError(f"unknown overlap mode {overlap!r}")
 
@@ -461,11 +546,189 @@ def step(
     return Step(total, {k: v @ lay.count for k, v in per.items()})
 
 
-def samples(generate: int, most: int = 16) -> np.ndarray:
-    """Return the generated-token offsets evaluated for a mean step: all up to ``most``, else evenly spaced."""
-    if generate <= most:
-        return np.arange(generate, dtype=np.float64)
-    return np.linspace(0, generate - 1, most)
+# token_mean: sweeps of at most this many token steps are evaluated token by token, in one call
+BRUTE_STEPS = 4096
+_CHUNK = 8192  # intervals evaluated per call on the fast path (keeps the temporaries in cache)
+_SHORT = 16  # a kinked interval this short is evaluated token by token
+_TOL = 1e-13  # a midpoint this close (relative) to the chord: the interval is linear
+
+
+def token_mean(
+    fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    prompt: ArrayLike,
+    generate: int,
+    windows: ArrayLike = (),
+) -> np.ndarray:
+    """Return the exact mean of ``fn`` over the contexts prompt, prompt + 1, ..., prompt + generate - 1.
+
+    ``fn(point, context)`` returns K quantities, shape (K,) + context.shape, at ``context`` tokens
+    (an (m, j) array) for the sweep points ``point`` (m indices into the flattened ``prompt``).
+    The result has shape (K,) + prompt.shape. Each quantity must be continuous, convex and
+    piecewise linear in the context between the ``windows`` and above 0, as every step-model
+    quantity is (sums and maxima of terms linear in min(context, window)): then a midpoint on the
+    chord proves an interval of tokens linear, and its mean is the chord's. Intervals with a kink
+    are split at the crossing of the tangents at their ends until every piece is linear.
+    """
+    g = int(generate)
+    if g < 1:
+        raise ValueError(f"generate must be at least 1, got {generate!r}")
+    p = np.asarray(prompt, dtype=np.float64)
+    shape, p = p.shape, p.ravel()
+    n_points = p.size
+    if n_points * g <= BRUTE_STEPS:
+        out = fn(np.arange(n_points), p[:, None] + np.arange(g, dtype=np.float64))
+        return out.mean(axis=-1).reshape(out.shape[:1] + shape)
+    # each point's tokens split where the context passes 0 or a window: the linear segments
+    w = np.asarray(windows, dtype=np.float64).ravel()
+    bounds = np.unique(np.concatenate([[0.0], w[np.isfinite(w) & (w > 0)]]))
+    last = np.clip(np.floor(bounds - p[:, None]), -1, g - 1).astype(np.int64)  # last at or below
+    lo = np.concatenate([np.zeros((n_points, 1), np.int64), last + 1], axis=1)
+    hi = np.concatenate([last, np.full((n_points, 1), g - 1, np.int64)], axis=1)
+    pt, seg = np.nonzero(lo <= hi)
+    lo, hi = lo[pt, seg], hi[pt, seg]
+    parts: list[tuple[np.ndarray, np.ndarray]] = []  # (points, sums over their intervals)
+    kinked = []
+    for start in range(0, pt.size, _CHUNK):
+        sl = slice(start, start + _CHUNK)
+        i, j = lo[sl], hi[sl]
+        f = fn(pt[sl], p[pt[sl], None] + np.stack([i, (i + j) / 2, j], axis=1))
+        kinked.append(_settle(pt[sl], i, j, f[..., 0], f[..., 2], f[..., 1], parts))
+    todo = tuple(np.concatenate(x, axis=-1) for x in zip(*kinked, strict=True))
+    while todo[0].size:
+        todo = _split(fn, p, *todo, parts)
+    points = np.concatenate([x for x, _ in parts])
+    sums = np.concatenate([s for _, s in parts], axis=1)
+    total = np.stack([np.bincount(points, weights=s, minlength=n_points) for s in sums])
+    return (total / g).reshape(total.shape[:1] + shape)
+
+
+def _settle(
+    pt: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    f_lo: np.ndarray,
+    f_hi: np.ndarray,
+    f_mid: np.ndarray,
+    parts: list,
+) -> tuple[np.ndarray, ...]:
+    """Add the sums of the linear intervals to ``parts``; return the kinked ones with their values."""
+    chord = (f_lo + f_hi) / 2
+    scale = np.maximum(np.maximum(np.abs(f_lo), np.abs(f_hi)), np.abs(f_mid))
+    n = hi - lo + 1
+    linear = np.all(np.abs(f_mid - chord) <= _TOL * scale, axis=0) | (n <= 2)
+    parts.append((pt[linear], n[linear] * chord[:, linear]))
+    k = ~linear
+    return pt[k], lo[k], hi[k], f_lo[:, k], f_hi[:, k], f_mid[:, k]
+
+
+def _split(
+    fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    p: np.ndarray,
+    pt: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    f_lo: np.ndarray,
+    f_hi: np.ndarray,
+    f_mid: np.ndarray,
+    parts: list,
+) -> tuple[np.ndarray, ...]:
+    """Resolve kinked intervals: short ones token by token, the rest split in two at a kink."""
+    n = hi - lo + 1
+    short = n <= _SHORT
+    if np.any(short):
+        q, a, m = pt[short], lo[short, None], n[short, None]
+        steps = np.arange(_SHORT)
+        f = fn(q, p[q, None] + np.minimum(a + steps, a + m - 1))
+        parts.append((q, np.where(steps < m, f, 0.0).sum(axis=-1)))
+    k = ~short
+    pt, lo, hi, f_lo, f_hi, f_mid = pt[k], lo[k], hi[k], f_lo[:, k], f_hi[:, k], f_mid[:, k]
+    if not pt.size:
+        return (pt,)
+    # the quantity furthest off its chord; its tangents at both ends cross at its kink
+    scale = np.maximum(np.abs(f_lo), np.abs(f_hi)) + np.finfo(np.float64).tiny
+    worst = np.argmax(np.abs(f_mid - (f_lo + f_hi) / 2) / scale, axis=0)
+    near = fn(pt, p[pt, None] + np.stack([lo + 1, hi - 1], axis=1))
+    cols = np.arange(pt.size)
+    a, b = f_lo[worst, cols], f_hi[worst, cols]
+    slope_lo, slope_hi = near[worst, cols, 0] - a, b - near[worst, cols, 1]
+    length = hi - lo
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x = (b - a - slope_hi * length) / (slope_lo - slope_hi)
+    x = np.where(np.isfinite(x), x, length / 2)
+    cut = lo + np.clip(np.floor(x), 0, length - 1).astype(np.int64)
+    f_cut = fn(pt, p[pt, None] + np.stack([cut, cut + 1], axis=1))
+    pt2 = np.concatenate([pt, pt])
+    lo2, hi2 = np.concatenate([lo, cut + 1]), np.concatenate([cut, hi])
+    f_lo2 = np.concatenate([f_lo, f_cut[..., 1]], axis=1)
+    f_hi2 = np.concatenate([f_cut[..., 0], f_hi], axis=1)
+    f_mid2 = fn(pt2, p[pt2, None] + ((lo2 + hi2) / 2)[:, None])[..., 0]
+    return _settle(pt2, lo2, hi2, f_lo2, f_hi2, f_mid2, parts)
+
+
+@dataclass(frozen=True)
+class MeanStep:
+    """The mean decode step over the generated tokens: each overlap mode's and each stream's (s)."""
+
+    by_overlap: dict[str, np.ndarray]
+    streams: dict[str, np.ndarray]
+
+
+def mean_step(
+    setup: Setup,
+    prompt: ArrayLike,
+    generate: int = 1,
+    batch: ArrayLike = 1,
+    overlaps: tuple[str, ...] = OVERLAP_MODES,
+    *,
+    streams: bool = True,
+) -> MeanStep:
+    """Return the exact mean step over ``generate`` tokens after ``prompt``, per overlap mode.
+
+    Every step from context ``prompt`` to ``prompt + generate - 1`` counts; arrays broadcast over
+    prompt, batch and the KV shares (see spill). ``streams``: each stream's mean total too.
+    """
+    lay = layers(setup.model, setup.weights)
+    p = setup.placement
+    shares = (p.kv.gpu, p.kv.cpu, p.kv.disk)
+    inputs = (prompt, batch, *shares)
+    shape = np.broadcast_shapes(*(np.shape(x) for x in inputs))
+    swept = [np.ndim(x) > 0 for x in inputs[1:]]
+    # the prompt over the whole sweep, the rest only where they vary over it
+    flat = [
+        np.broadcast_to(np.asarray(x, dtype=np.float64), shape).ravel() if on else None
+        for x, on in zip(inputs, (True, *swept), strict=True)
+    ]
+    # token by token (a small sweep): the step's own layouts, so the means are the steps' means
+    # bit for bit; else the classes on a leading axis and each call's tokens before its points
+    dense = flat[0].size * int(generate) <= BRUTE_STEPS
+    lay_fn = lay if dense else _classes_first(setup.model, setup.weights, 3)
+
+    def fn(point: np.ndarray, context: np.ndarray) -> np.ndarray:
+        # per point: (m, 1) beside an (m, j) context, else (1, 1, m) beside a (1, j, m) one
+        at_point = (lambda f: f[point, None]) if dense else (lambda f: f[point][None, None])
+        b, *kv_split = (
+            at_point(f) if on else x
+            for f, on, x in zip(flat[1:], swept, (batch, *shares), strict=True)
+        )
+        at = (
+            setup
+            if not any(swept[1:])
+            else replace(setup, placement=replace(p, kv=Split(*kv_split)))
+        )
+        ctx = context if dense else context.T[None]
+        per = _stream_times(at, ctx, b, dense=dense, lay=lay_fn)
+        out = [combine(per, lay_fn, m) for m in overlaps]
+        if streams:
+            out += [_class_sum(per[k], lay_fn) for k in STREAMS]
+        if dense:
+            return np.stack(out)
+        return np.stack(out)[..., 0].transpose(0, 2, 1)
+
+    mean = token_mean(fn, flat[0].reshape(shape), generate, lay.window)
+    return MeanStep(
+        by_overlap=dict(zip(overlaps, mean, strict=False)),
+        streams=dict(zip(STREAMS, mean[len(overlaps) :], strict=True)) if streams else {},
+    )
 
 
 def tpot(
@@ -477,12 +740,10 @@ def tpot(
 ) -> np.ndarray:
     """Return the mean decode step (s) over ``generate`` tokens after ``prompt`` (context grows).
 
-    Up to 16 steps are evaluated exactly; longer generations average 16 evenly spaced steps.
+    Exact: the mean over every step, from context ``prompt`` to ``prompt + generate - 1``.
     """
-    t = samples(int(generate))
-    ctx = np.asarray(prompt, dtype=np.float64)[..., None] + t
-    b = np.asarray(batch, dtype=np.float64)[..., None]
-    return step(setup, ctx, b, overlap).total.mean(axis=-1)
+    mode = overlap or setup.placement.overlap
+    return mean_step(setup, prompt, generate, batch, (mode,), streams=False).by_overlap[mode]
 
 
 def prefill_flops(model: Model, prompt: ArrayLike, batch: ArrayLike = 1) -> np.ndarray:

@@ -11,11 +11,13 @@ layer's bytes are its per-token cache plus its state.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from kvoffload.model.search import largest_true
+from kvoffload.spec.limits import MAX_CONTEXT_TOKENS
 from kvoffload.spec.models import Model
 from kvoffload.spec.precision import KvFormat, kv_vector_bytes
 
@@ -67,14 +69,28 @@ def _window_caps(model: Model) -> np.ndarray:
     return np.array([_FULL if w is None else w for w in model.layer_windows], dtype=np.int64)
 
 
+@cache
+def _layer_rows(model: Model, fmt: KvFormat) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return each layer's window cap, bytes per token and state bytes (read-only, per model)."""
+    rows = (
+        _window_caps(model),
+        bytes_per_token_per_layer(model, fmt),
+        state_bytes_per_layer(model, fmt),
+    )
+    for row in rows:
+        row.flags.writeable = False
+    return rows
+
+
 def layer_bytes(model: Model, seq: ArrayLike, fmt: KvFormat = KvFormat.BF16) -> np.ndarray:
     """Return each layer's cache bytes for one request at context ``seq``: shape seq.shape + (L,).
 
     An attention layer holds ``min(seq, window)`` tokens; a recurrent layer its fixed state.
     """
+    caps, per_token, state = _layer_rows(model, fmt)
     s = np.asarray(seq, dtype=np.int64)[..., None]
-    held = np.minimum(s, _window_caps(model))  # a sliding-window layer holds at most its window
-    return held * bytes_per_token_per_layer(model, fmt) + state_bytes_per_layer(model, fmt)
+    held = np.minimum(s, caps)  # a sliding-window layer holds at most its window
+    return held * per_token + state
 
 
 def full_layer_bytes(model: Model, tokens: int, fmt: KvFormat = KvFormat.BF16) -> int:
@@ -154,7 +170,7 @@ def max_context(
     batch: ArrayLike = 1,
     fmt: KvFormat = KvFormat.BF16,
     *,
-    limit: int = 10**9,
+    limit: int = MAX_CONTEXT_TOKENS,
 ) -> np.ndarray:
     """Return the longest context whose KV for ``batch`` requests fits in ``budget_bytes``.
 

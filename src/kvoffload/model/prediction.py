@@ -155,11 +155,10 @@ def check_fits(sc: Scenario, mem: decode.Memory, name: str = "scenario") -> None
 def predict_setup(sc: Scenario, setup: decode.Setup, **extra: Any) -> Prediction:
     """Return the step model's prediction for a scenario run with ``setup``."""
     mem = decode.memory(setup, sc.prompt + sc.generate, sc.batch)
-    t = decode.samples(sc.generate)
-    per = decode.stream_times(setup, sc.prompt + t, sc.batch)
-    lay = decode.layers(sc.model, setup.weights)
-    streams = {k: float(np.mean(v @ lay.count)) for k, v in per.items()}
-    by_overlap = {m: float(np.mean(decode.combine(per, lay, m))) for m in decode.OVERLAP_MODES}
+    # the exact mean over every generated token, from context prompt to prompt + generate - 1
+    mean = decode.mean_step(setup, sc.prompt, sc.generate, sc.batch)
+    streams = {k: float(v) for k, v in mean.streams.items()}
+    by_overlap = {m: float(v) for m, v in mean.by_overlap.items()}
     return Prediction(
         scenario=sc,
         tpot_s=by_overlap[setup.placement.overlap],

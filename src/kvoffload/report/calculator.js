@@ -202,13 +202,45 @@
     throw new Error("unknown overlap mode " + overlap);
   }
 
-  // decode.samples: the generated-token offsets a mean step is taken over (numpy.linspace)
-  function samples(generate, most = 16) {
-    if (generate <= most) return Array.from({ length: generate }, (_, i) => i);
-    const step = (generate - 1) / (most - 1);
-    const out = Array.from({ length: most }, (_, i) => i * step);
-    out[most - 1] = generate - 1;
-    return out;
+  // decode.token_mean: the exact mean of the step quantities over the contexts prompt, ...,
+  // prompt + generate - 1. Between 0 and the windows each quantity is convex and piecewise linear
+  // in the context, so an interval whose midpoint lies on the chord is linear and its mean is the
+  // chord's; an interval with a kink is halved until every piece is linear or short.
+  function tokenMean(fn, prompt, generate, windows) {
+    const total = fn(prompt).map(() => 0);
+    const add = (values, weight) => values.forEach((v, k) => (total[k] += v * weight));
+    const linear = (a, m, b) =>
+      a.every((v, k) => {
+        const chord = (v + b[k]) / 2;
+        return Math.abs(m[k] - chord) <= 1e-12 * Math.max(Math.abs(v), Math.abs(b[k]), Math.abs(m[k]), 1e-300);
+      });
+    function over(lo, hi, fLo, fHi) {
+      // tokens lo..hi (offsets from prompt), inclusive
+      const n = hi - lo + 1;
+      if (n <= 4) {
+        for (let t = lo; t <= hi; t++) add(t === lo ? fLo : t === hi ? fHi : fn(prompt + t), 1);
+        return;
+      }
+      const fMid = fn(prompt + (lo + hi) / 2);
+      if (linear(fLo, fMid, fHi)) {
+        add(fLo.map((v, k) => (v + fHi[k]) / 2), n);
+        return;
+      }
+      const mid = Math.floor((lo + hi) / 2);
+      over(lo, mid, fLo, fn(prompt + mid));
+      over(mid + 1, hi, fn(prompt + mid + 1), fHi);
+    }
+    // the segments: split where the context passes a window
+    const cuts = [...new Set(windows.filter((w) => Number.isFinite(w) && w > 0))].sort((a, b) => a - b);
+    let lo = 0;
+    for (const w of [...cuts.map((c) => Math.floor(c - prompt)), generate - 1]) {
+      const hi = Math.min(w, generate - 1);
+      if (hi >= lo) {
+        over(lo, hi, fn(prompt + lo), fn(prompt + hi));
+        lo = hi + 1;
+      }
+    }
+    return total.map((v) => v / generate);
   }
 
   // kv.request_bytes: one request's cache at context s (windows capped, recurrent state added)
@@ -317,18 +349,22 @@
   // prediction.predict_setup: TPOT (mean over the generated tokens), TTFT, streams, memory
   function predictSetup(setup, prompt, generate, batch) {
     const mem = memory(setup, prompt + generate, batch);
-    const offsets = samples(generate);
+    const mean = tokenMean(
+      (s) => {
+        const per = streamTimes(setup, s, batch);
+        return [
+          ...STREAMS.map((key) => dot(per[key], setup.lay.count)),
+          ...MODES.map((mode) => combine(per, setup.lay, mode)),
+        ];
+      },
+      prompt,
+      generate,
+      setup.lay.window,
+    );
     const streams = {};
-    for (const key of STREAMS) streams[key] = 0;
+    STREAMS.forEach((key, k) => (streams[key] = mean[k]));
     const byOverlap = {};
-    for (const mode of MODES) byOverlap[mode] = 0;
-    for (const t of offsets) {
-      const per = streamTimes(setup, prompt + t, batch);
-      for (const key of STREAMS) streams[key] += dot(per[key], setup.lay.count);
-      for (const mode of MODES) byOverlap[mode] += combine(per, setup.lay, mode);
-    }
-    for (const key of STREAMS) streams[key] /= offsets.length;
-    for (const mode of MODES) byOverlap[mode] /= offsets.length;
+    MODES.forEach((mode, k) => (byOverlap[mode] = mean[STREAMS.length + k]));
     // Prediction.bottleneck: the stream with the most work per step (the first, on a tie)
     let bottleneck = STREAMS[0];
     for (const key of STREAMS) if (streams[key] > streams[bottleneck]) bottleneck = key;
