@@ -9,7 +9,7 @@ LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
 FONT_PACKAGES := @expo-google-fonts/noto-sans-kr@0.4.3 @expo-google-fonts/noto-emoji@0.4.7
 FONT_TOOLS := fonttools==4.68.0 brotli==1.2.1
 
-.PHONY: venv book test lint format bench clean lab fonts
+.PHONY: venv book test lint format bench bench-quick clean lab fonts
 
 venv: $(STAMP)
 
@@ -45,10 +45,14 @@ format: $(STAMP)
 	$(BIN)/ruff format src tests
 	$(BIN)/ruff check --fix src tests
 
-bench: $(STAMP)
+# Speed, measured (never asserted): `name: value` lines. bench-quick needs no book build.
+bench: bench-quick
+	$(BIN)/python -m tests.benchmarks.bench_book $(if $(PROFILES),--profiles $(PROFILES),)
+
+bench-quick: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.bench_cli
-	$(BIN)/python -m tests.benchmarks.bench_book
 	$(BIN)/python -m tests.benchmarks.bench_decode
+	$(BIN)/python -m tests.benchmarks.bench_flexgen
 
 # JupyterLab (pinned in requirements-lab.lock, kept out of `make book` and `make test`).
 $(LAB_STAMP): $(STAMP) requirements-lab.lock

@@ -147,6 +147,37 @@ def test_a_broken_chapter_fails_loudly_and_keeps_the_old_site(built_book):
     assert not list((root / "book" / "generated").rglob("09_broken*"))
 
 
+def _site(root: Path) -> dict[str, bytes]:
+    html = root / "_build" / "html"
+    return {
+        str(p.relative_to(html)): p.read_bytes() for p in sorted(html.rglob("*")) if p.is_file()
+    }
+
+
+def test_a_prose_edit_executes_nothing_and_gives_the_site_a_clean_build_gives(built_book, tmp_path):
+    """A prose-only edit re-renders from the stored runs (nothing executes) and Sphinx re-reads
+    only what changed; the site is byte for byte the one a cold build of the edited book gives
+    (every chapter executed again in fresh kernels, Sphinx from nothing)."""
+    root, _ = built_book
+    warm = tmp_path / "warm"
+    shutil.copytree(root, warm, symlinks=True)
+    chapter = warm / "notebooks" / "01_memory_tiers.md"
+    text = chapter.read_text(encoding="utf-8")
+    assert text.count("## Overview\n") == 1
+    chapter.write_text(text.replace("## Overview\n", "## Overview\n\nAn edited sentence.\n"))
+    again = build_book(warm, BOOK_PROFILES, n_jobs=2, progress=False)
+    assert again.executed == 0 and again.rendered == len(BOOK_PROFILES) and again.built
+    page = warm / "_build/html/book/generated/t4-pcie3/01_memory_tiers.html"
+    assert "An edited sentence." in page.read_text(encoding="utf-8")
+    cold = copy_book_sources(tmp_path / "cold")
+    shutil.copy2(chapter, cold / "notebooks" / chapter.name)
+    fresh = build_book(cold, BOOK_PROFILES, n_jobs=2, progress=False)
+    assert fresh.executed == len(again.outcomes)
+    warm_site, cold_site = _site(warm), _site(cold)
+    assert sorted(warm_site) == sorted(cold_site)
+    assert [p for p in warm_site if warm_site[p] != cold_site[p]] == []
+
+
 def test_an_undeclared_parameter_is_refused(tmp_path):
     root = copy_book_sources(tmp_path)
     chapter = chapters(root)[0]

@@ -8,12 +8,18 @@ theme leaves <html data-mode> empty, which the PyData theme reports as a console
 The Vega bundle (0.9 MB) loads only on a page that draws a chart, and MathJax (2.1 MB) only on a
 page whose own body holds math: Sphinx adds MathJax to a page whose toctree children have math,
 which put it on the intro and every index page.
+
+Titles reach pages unescaped in two places, so a profile's name could run script: the book theme
+prints ``root_title`` and ``pagetitle`` raw, and Sphinx's search sets section titles from the
+index with ``innerHTML``. Both are escaped here.
 """
 
 from __future__ import annotations
 
+import html
 import re
 from pathlib import Path
+from typing import Any
 
 _MODE = 'document.documentElement.dataset.mode = localStorage.getItem("mode") || "light";'
 VEGA = "vendor/vega-bundle.js"
@@ -71,7 +77,109 @@ def _add_fonts(app, config):
         app.add_css_file(FONTS_CSS)
 
 
+# docutils' own escaping of text in HTML (HTMLTranslator.encode): a title escaped here matches
+# the one Sphinx renders for the page, so search still boosts document titles
+_HTML_TEXT = {
+    ord("&"): "&amp;",
+    ord("<"): "&lt;",
+    ord('"'): "&quot;",
+    ord(">"): "&gt;",
+    ord("@"): "&#64;",
+}
+
+
+def _escape_theme_titles(app, pagename, templatename, context, doctree):
+    """Escape the titles sphinx-book-theme passes to its templates as raw text (sidebar, print).
+
+    The theme sets ``root_title`` and ``pagetitle`` from ``astext()`` and its templates print
+    them without ``|e`` (Sphinx's Jinja does not autoescape), so a title holding ``<script>``
+    (a profile's name) would run. Runs after the theme's handler (priority 500).
+    """
+    for key in ("root_title", "pagetitle"):
+        if isinstance(context.get(key), str):
+            context[key] = context[key].translate(_HTML_TEXT)
+
+
+def _escape_search_titles() -> None:
+    """Escape section titles in the search index, which searchtools.js shows with innerHTML.
+
+    Sphinx 7.4 stores document titles rendered (escaped) but section titles (``alltitles``) as
+    raw text, and sets a result's link with ``innerHTML``. An incremental build reads the last
+    index back (``load``): titles this wrote escaped (marked ``_ALLTITLES_ESCAPED``) are
+    unescaped there, so an unchanged page's titles are not escaped twice.
+    """
+    from sphinx.search import IndexBuilder
+
+    if getattr(IndexBuilder.freeze, "_kvoffload", False):
+        return
+    freeze, load = IndexBuilder.freeze, IndexBuilder.load
+
+    def escaped(self: IndexBuilder) -> dict[str, Any]:
+        data = freeze(self)
+        data["alltitles"] = {k.translate(_HTML_TEXT): v for k, v in data["alltitles"].items()}
+        data[_ALLTITLES_ESCAPED] = True
+        return data
+
+    def unescaped(self: IndexBuilder, stream: Any, format: Any) -> None:
+        seen = _Seen(self.formats[format] if isinstance(format, str) else format)
+        load(self, stream, seen)
+        if isinstance(seen.frozen, dict) and seen.frozen.get(_ALLTITLES_ESCAPED):
+            self._all_titles = {
+                doc: [(html.unescape(title), anchor) for title, anchor in titles]
+                for doc, titles in self._all_titles.items()
+            }
+
+    escaped._kvoffload = True  # type: ignore[attr-defined]
+    IndexBuilder.freeze = escaped  # type: ignore[method-assign]
+    IndexBuilder.load = unescaped  # type: ignore[method-assign]
+
+
+_ALLTITLES_ESCAPED = "kvoffload_alltitles_escaped"
+
+
+def _reindex_whole_documents() -> None:
+    """Make an incremental search index equal a clean one: a re-read page's old words go.
+
+    Sphinx 7.4 prunes a changed page from the index it read back but keeps each word it had,
+    now naming no page (an empty entry a clean build does not write), and it adds the page's
+    words again without removing any: both are cleared here before a page is indexed.
+    """
+    from sphinx.search import IndexBuilder
+
+    if getattr(IndexBuilder.feed, "_kvoffload", False):
+        return
+    feed = IndexBuilder.feed
+
+    def refeed(self: IndexBuilder, docname: str, *args: Any, **kwargs: Any) -> None:
+        for mapping in (self._mapping, self._title_mapping):
+            # the page's own words, and words whose pages were all pruned before re-reading
+            for word in [w for w, docs in mapping.items() if docname in docs or not docs]:
+                mapping[word].discard(docname)
+                if not mapping[word]:
+                    del mapping[word]
+        feed(self, docname, *args, **kwargs)
+
+    refeed._kvoffload = True  # type: ignore[attr-defined]
+    IndexBuilder.feed = refeed  # type: ignore[method-assign]
+
+
+class _Seen:
+    """A search index format that keeps the last data it loaded."""
+
+    def __init__(self, fmt: Any) -> None:
+        self.fmt = fmt
+        self.frozen: Any = None
+
+    def load(self, stream: Any) -> Any:
+        """Load with the wrapped format and keep the result."""
+        self.frozen = self.fmt.load(stream)
+        return self.frozen
+
+
 def setup(app):
+    _escape_search_titles()
+    _reindex_whole_documents()
+    app.connect("html-page-context", _escape_theme_titles, priority=600)
     app.connect("config-inited", _add_fonts)
     app.connect("html-page-context", _drop_thebe, priority=900)
     app.connect("html-page-context", _page_scripts, priority=950)

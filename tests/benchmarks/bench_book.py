@@ -1,11 +1,21 @@
-"""Benchmark the book pipeline: cold build, warm rebuild, one chapter for a new profile.
+"""Benchmark the book pipeline, in one run: cold build, warm no-op, a prose edit and a code edit of
+one chapter, one chapter for a new profile, and jupyter-cache's rebuild of the same prose edit.
 
-Run with `make bench`. Works on a copy of the sources in a temporary folder, so the working
-tree's book is untouched. Prints figures; asserts nothing.
+Run with `make bench`. Works on copies of the sources in a temporary folder, so the working
+tree's book is untouched. Prints `name: value` lines (a script can read them); asserts nothing.
+``--profiles A,B`` limits the book to those profiles (default: every catalog profile).
+
+The peer: Jupyter Book's own execution cache (jupyter-cache, installed with jupyter-book) builds
+the same chapters once each with their default parameters (it has no per-profile runs), caches
+them, then rebuilds after the same prose edit. Ours is timed on the same one-profile book.
 """
 
 from __future__ import annotations
 
+import argparse
+import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -21,28 +31,118 @@ link: {base: pcie4-x16, h2d_bandwidth: 12 GB/s, d2h_bandwidth: 11 GB/s}
 host: {base: desktop-ddr5-2ch}
 storage: {base: nvme-gen4}
 """
+EDITED = "01_memory_tiers.md"
+PROSE_MARK = "## Overview\n"
+
+
+def _prose_edit(root: Path, n: int) -> None:
+    """Add a sentence under the Overview heading of one chapter (no code cell changes)."""
+    path = root / "notebooks" / EDITED
+    text = path.read_text(encoding="utf-8")
+    path.write_text(
+        text.replace(PROSE_MARK, f"{PROSE_MARK}\nA sentence added by the benchmark ({n}).\n", 1)
+    )
+
+
+def _code_edit(root: Path) -> None:
+    """Change one code cell of one chapter (a comment: the code key changes, the outputs do not)."""
+    path = root / "notebooks" / EDITED
+    text = path.read_text(encoding="utf-8")
+    path.write_text(
+        text.replace("```{code-cell} ipython3\n", "```{code-cell} ipython3\n# edited\n", 1)
+    )
+
+
+def _timed(fn, *args, **kwargs):
+    t0 = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return out, time.perf_counter() - t0
+
+
+def _ours(tmp: Path, profiles: list[str] | None, tag: str) -> dict[str, str]:
+    root = copy_book_sources(tmp / f"book-{tag}")
+    figures: dict[str, str] = {}
+    cold, t = _timed(build_book, root, profiles, progress=False)
+    figures["cold_build_s"] = f"{t:.1f}"
+    figures["cold_build_executed"] = str(cold.executed)
+    warm, t = _timed(build_book, root, profiles, progress=False)
+    figures["warm_noop_s"] = f"{t:.2f}"
+    figures["warm_noop_executed"] = str(warm.executed)
+    _prose_edit(root, 1)
+    prose, t = _timed(build_book, root, profiles, progress=False)
+    figures["prose_edit_s"] = f"{t:.2f}"
+    figures["prose_edit_executed"] = str(prose.executed)
+    _code_edit(root)
+    code, t = _timed(build_book, root, profiles, progress=False)
+    figures["code_edit_s"] = f"{t:.2f}"
+    figures["code_edit_executed"] = str(code.executed)
+    return {f"{k}{'' if tag == 'book' else '_' + tag}": v for k, v in figures.items()}
+
+
+def _jupyter_cache_prose_edit(tmp: Path) -> tuple[float, float] | None:
+    """Return (first build s, prose-edit rebuild s) of the chapters under jupyter-cache."""
+    try:
+        import jupyter_cache  # noqa: F401
+    except ImportError:
+        return None
+    root = copy_book_sources(tmp / "peer")
+    nb = root / "notebooks"
+    chapters = sorted(p.stem for p in nb.glob("[0-9][0-9]_*.md"))
+    (nb / "_toc.yml").write_text(
+        "format: jb-book\nroot: index\nchapters:\n" + "".join(f"  - file: {c}\n" for c in chapters)
+    )
+    (nb / "index.md").write_text("# Peer\n")
+    (nb / "references.bib").write_text((root / "book" / "references.bib").read_text())
+    (nb / "_config.yml").write_text(
+        "title: peer\nexecute:\n  execute_notebooks: cache\n  timeout: -1\n"
+        "sphinx:\n  config:\n    suppress_warnings: ['*']\n"
+        "bibtex_bibfiles: [references.bib]\n"
+    )
+    jb = [str(Path(sys.executable).with_name("jupyter-book")), "build", str(nb)]
+
+    def build() -> float:
+        t0 = time.perf_counter()
+        subprocess.run(jb, cwd=nb, capture_output=True, check=False)
+        return time.perf_counter() - t0
+
+    first = build()
+    _prose_edit(root, 1)
+    return first, build()
 
 
 def main() -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        root = copy_book_sources(Path(tmp) / "book")
-        t0 = time.perf_counter()
-        cold = build_book(root, None, progress=False)
-        t_cold = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        warm = build_book(root, None, progress=False)
-        t_warm = time.perf_counter() - t0
-        profile = Path(tmp) / "bench.yaml"
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--profiles", default=None)
+    args = parser.parse_args()
+    profiles = args.profiles.split(",") if args.profiles else None
+    figures: dict[str, str] = {}
+    with tempfile.TemporaryDirectory() as name:
+        tmp = Path(name)
+        figures |= _ours(tmp, profiles, "book")
+        # the peer's comparison: the same chapters, one profile (their default parameters)
+        one = _ours(tmp, ["article-reference"], "one_profile")
+        figures |= one
+        peer = _jupyter_cache_prose_edit(tmp)
+        if peer is not None:
+            figures["jupyter_cache_first_build_s"] = f"{peer[0]:.1f}"
+            figures["jupyter_cache_prose_edit_s"] = f"{peer[1]:.2f}"
+            ours = float(one["prose_edit_s_one_profile"])
+            figures["prose_edit_over_jupyter_cache"] = f"{ours / peer[1]:.3f}"
+        root = copy_book_sources(tmp / "run")
+        profile = tmp / "bench.yaml"
         profile.write_text(PROFILE)
-        t0 = time.perf_counter()
-        run_for_profile(
-            root, str(profile), chapter_keys=["01"], out=Path(tmp) / "run", progress=False
+        _, t = _timed(
+            run_for_profile,
+            root,
+            str(profile),
+            chapter_keys=["01"],
+            out=tmp / "out",
+            progress=False,
         )
-        t_one = time.perf_counter() - t0
-    print(f"cold_build_s: {t_cold:.1f} ({cold.executed} chapter runs executed)")
-    print(f"warm_rebuild_s: {t_warm:.2f} ({warm.executed} executed, site rebuilt: {warm.built})")
-    print(f"warm_over_cold: {t_warm / t_cold:.3f}")
-    print(f"one_chapter_new_profile_s: {t_one:.1f} (execute + offline page)")
+        figures["one_chapter_new_profile_s"] = f"{t:.1f}"
+        shutil.rmtree(tmp / "out", ignore_errors=True)
+    for key, value in figures.items():
+        print(f"{key}: {value}")
 
 
 if __name__ == "__main__":

@@ -9,18 +9,55 @@ from pathlib import Path
 
 from kvoffload.spec import catalog
 
+VENDOR_VERSIONS = "VERSIONS"  # in book/_static/vendor/: what the vendored files were made from
+
+
+def _vendor_versions() -> str:
+    """Return the versions the vendored files come from (read from metadata, nothing imported)."""
+    from importlib.metadata import version
+
+    return f"vl-convert-python {version('vl-convert-python')}\nmathjax {_mathjax_version()}\n"
+
+
+def _mathjax_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    for dist in ("django-static-mathjax", "mathjax"):
+        try:
+            return f"{dist} {version(dist)}"
+        except PackageNotFoundError:
+            continue
+    return "unknown"
+
 
 def vendor_assets(static: Path) -> None:
-    """Write the Vega bundle (wrapped so it cannot clash with Sphinx's globals) and MathJax."""
+    """Write the Vega bundle (wrapped so it cannot clash with Sphinx's globals) and MathJax.
+
+    Both are cached on disk by the versions they come from: while ``VERSIONS`` names the
+    installed versions and the files are there, nothing is regenerated (the Vega bundle takes
+    seconds to produce).
+    """
+    vendor = static / "vendor"
+    bundle_path, mathjax_path = vendor / "vega-bundle.js", vendor / "mathjax" / "tex-svg.js"
+    stamp = vendor / VENDOR_VERSIONS
+    versions = _vendor_versions()
+    if (
+        bundle_path.is_file()
+        and mathjax_path.is_file()
+        and stamp.is_file()
+        and stamp.read_text(encoding="utf-8") == versions
+    ):
+        return
     import mathjax
     import vl_convert
 
-    vendor = static / "vendor"
+    stamp.unlink(missing_ok=True)
     (vendor / "mathjax").mkdir(parents=True, exist_ok=True)
     bundle = "(function () {\n" + vl_convert.javascript_bundle() + "\n})();\n"
-    write_if_changed(vendor / "vega-bundle.js", bundle)
+    write_if_changed(bundle_path, bundle)
     src = Path(mathjax.__file__).parent / "static" / "mathjax" / "es5" / "tex-svg.js"
-    write_if_changed(vendor / "mathjax" / "tex-svg.js", src.read_text(encoding="utf-8"))
+    write_if_changed(mathjax_path, src.read_text(encoding="utf-8"))
+    stamp.write_text(versions, encoding="utf-8")
 
 
 # Fallback fonts, served from book/_static/fonts/ and listed after the system fonts: a subset of

@@ -27,6 +27,13 @@ _SEARCH_TAGS = re.compile(
 )
 
 
+# Sphinx adds "?v=<checksum>" to a stylesheet only when the file already sits in the output at
+# the time a page is written: myst-nb's stylesheet does on an incremental build, not on a clean
+# one. Its name already carries a hash of its content, so the query adds nothing but a
+# difference between two builds of the same book.
+_MYSTNB_CSS_QUERY = re.compile(r'(_static/mystnb\.[0-9a-f]+\.css)\?v=[0-9a-f]+"')
+
+
 def jupyter_book(
     src: Path, staging: Path, *, config: Path | None = None, toc: Path | None = None
 ) -> None:
@@ -64,13 +71,14 @@ def check_offline(html_dir: Path) -> list[str]:
 
 
 def slim_site(html_dir: Path) -> None:
-    """Drop what no reader needs: source maps, Font Awesome's script, the index off the search page."""
+    """Drop what no reader needs: source maps, Font Awesome's script, the index off the search page
+    (and myst-nb's stylesheet query, which only an incremental build writes)."""
     for source_map in html_dir.rglob("*.map"):
         source_map.unlink()
     search_page = html_dir / "search.html"
     for page in html_dir.rglob("*.html"):
         text = page.read_text(encoding="utf-8")
-        slim = _FONTAWESOME_TAG.sub("", text)
+        slim = _MYSTNB_CSS_QUERY.sub(r'\1"', _FONTAWESOME_TAG.sub("", text))
         if page != search_page:
             slim = _SEARCH_TAGS.sub("", slim)
         if slim != text:
@@ -78,9 +86,36 @@ def slim_site(html_dir: Path) -> None:
     (html_dir / FONTAWESOME_JS).unlink(missing_ok=True)
 
 
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one atomic step (Linux ``renameat2(RENAME_EXCHANGE)``); False if unsupported."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+    import os
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    errno = ctypes.get_errno()
+    if errno in (22, 38, 95):  # EINVAL, ENOSYS, EOPNOTSUPP: a file system without exchange
+        return False
+    raise OSError(errno, os.strerror(errno), str(b))
+
+
 def swap_in(new_html: Path, target: Path) -> None:
-    """Replace ``target`` with ``new_html`` so that a reader never sees a half-written site."""
+    """Replace ``target`` with ``new_html`` so that a reader never sees a half-written site.
+
+    Where the file system can, the two folders are exchanged in one step, so ``target`` exists
+    at every instant; elsewhere the old site is renamed aside first and put back on failure.
+    """
     target.parent.mkdir(parents=True, exist_ok=True)
+    if target.is_dir() and not target.is_symlink() and _exchange(new_html, target):
+        shutil.rmtree(new_html, ignore_errors=True)  # now the previous site
+        return
     previous = target.with_name(target.name + ".previous")
     shutil.rmtree(previous, ignore_errors=True)
     if target.exists():
@@ -94,6 +129,9 @@ def swap_in(new_html: Path, target: Path) -> None:
     shutil.rmtree(previous, ignore_errors=True)
 
 
+COMPLETE = ".kvoffload-complete"  # in a staging tree whose last Sphinx run finished
+
+
 def build_and_swap(
     src: Path,
     staging: Path,
@@ -101,21 +139,35 @@ def build_and_swap(
     *,
     stamp: str | None = None,
     extra: Mapping[str, bytes] | None = None,
+    structure: str | None = None,
 ) -> None:
     """Build ``src`` in ``staging``, refuse off-site assets, then swap the result in as ``target``.
 
+    With ``structure`` (a hash of what every page's navigation shows) the staging tree is kept
+    between builds and Sphinx re-reads only the pages that changed; it starts clean when the
+    structure changed or the last run did not finish. Without it every build starts clean.
     ``extra`` files (path under the site's root -> bytes, e.g. the calculator page) are written
     into the new site before it is checked and swapped in.
     """
-    shutil.rmtree(staging / "_build" / "html", ignore_errors=True)
+    marker = staging / COMPLETE
+    finished = marker.is_file() and marker.read_text(encoding="utf-8") == (structure or "")
+    if structure is None or not finished:
+        shutil.rmtree(staging, ignore_errors=True)
+    marker.unlink(missing_ok=True)  # until this run finishes, the tree is not to be trusted
     jupyter_book(src, staging)
-    new_html = staging / "_build" / "html"
+    staging.mkdir(parents=True, exist_ok=True)
+    marker.write_text(structure or "", encoding="utf-8")
+    built = staging / "_build" / "html"
+    new_html = target.with_name(target.name + ".new")
+    shutil.rmtree(new_html, ignore_errors=True)
+    shutil.copytree(built, new_html)  # the staging tree stays Sphinx's, for the next build
     for rel, body in (extra or {}).items():
         path = new_html / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(body)
     offsite = check_offline(new_html)
     if offsite:
+        shutil.rmtree(new_html, ignore_errors=True)
         raise BuildError(
             f"pages load a script or stylesheet from another host: {', '.join(offsite[:5])}"
         )

@@ -17,10 +17,12 @@ from pathlib import Path
 
 import nbformat
 
+from kvoffload.build import notebook_cache
 from kvoffload.build.assets import catalog_bib, write_if_changed
 from kvoffload.build.errors import ChapterError
+from kvoffload.build.notebook_cache import error_outputs
 from kvoffload.build.profiles import REFERENCE
-from kvoffload.build.runner import Chapter, error_outputs, per_profile
+from kvoffload.build.runner import Chapter, per_profile
 from kvoffload.report import verdict_box
 from kvoffload.spec.hardware import System, load_system, system_ids
 from kvoffload.spec.models import load_model
@@ -228,9 +230,15 @@ def prepare_page(
     *,
     systems: dict[str, System] | None = None,
     namespace: str | None = None,
-) -> None:
-    """Prepare one executed chapter for its page (see the module's docstring); idempotent."""
-    nb = nbformat.read(str(path), as_version=4)
+    source: Path | None = None,
+) -> bool:
+    """Prepare one executed chapter for its page (see the module's docstring); idempotent.
+
+    The executed notebook is read from ``source`` (default: ``path`` itself) and the page is
+    written to ``path`` only when its bytes change, so that Sphinx re-reads only changed pages.
+    Return True when the page was written.
+    """
+    nb = nbformat.read(str(source or path), as_version=4)
     if system is not None:
         retitle(nb, chapter, system)
     if systems is not None and system is not None:
@@ -241,7 +249,8 @@ def prepare_page(
     for c in nb.cells:
         c.pop("id", None)  # ids are random per write; leave them out so rebuilds are byte-stable
     nb.nbformat_minor = 4
-    nbformat.write(nb, str(path))
+    nb.metadata.pop(notebook_cache.META, None)  # the cache's seal is not part of the page
+    return notebook_cache.write_if_changed(path, nb)
 
 
 def _once(chosen: Sequence[Chapter]) -> list[Chapter]:
@@ -332,9 +341,18 @@ def index_markdown(
 
 
 def write_pages(
-    root: Path, generated: Path, profile_ids: Sequence[str], chosen: Sequence[Chapter]
+    root: Path,
+    generated: Path,
+    profile_ids: Sequence[str],
+    chosen: Sequence[Chapter],
+    executed: Path | None = None,
 ) -> None:
-    """Write the intro's answer, the machines page, one index per profile, and prepare each chapter."""
+    """Write the intro's answer, the machines page, one index per profile, and each chapter's page.
+
+    A chapter's page is made from its executed notebook in ``executed``/<profile>/ (default:
+    the page itself, prepared in place); every file is written only when its bytes change.
+    """
+    runs = executed or generated
     systems = {pid: load_system(pid) for pid in profile_ids}
     once = _once(chosen)
     every = [c for c in chosen if per_profile(c)]  # once-only chapters stay on the main path
@@ -344,10 +362,18 @@ def write_pages(
         write_if_changed(generated / pid / "index.md", index_markdown(systems[pid], every, once))
     for pid in systems:
         for c in every:
-            path = generated / pid / f"{c.name}.ipynb"
-            prepare_page(path, c, systems[pid], systems=systems, namespace=pid)
+            name = f"{c.name}.ipynb"
+            prepare_page(
+                generated / pid / name,
+                c,
+                systems[pid],
+                systems=systems,
+                namespace=pid,
+                source=runs / pid / name,
+            )
     for c in once:
-        prepare_page(generated / REFERENCE / f"{c.name}.ipynb", c, None)
+        name = f"{c.name}.ipynb"
+        prepare_page(generated / REFERENCE / name, c, None, source=runs / REFERENCE / name)
     bib = (root / "book" / "references.bib").read_text(encoding="utf-8")
     write_if_changed(generated / "catalog.bib", catalog_bib(bib))
 

@@ -1,24 +1,29 @@
-"""Execute chapters with papermill, once per hardware profile, with a content-hash cache."""
+"""Execute chapters once per hardware profile in warm kernels, skipping what the cache holds."""
 
 from __future__ import annotations
 
 import ast
 import hashlib
-import json
 import os
-import tempfile
+import queue
+import threading
+import time
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from kvoffload.build import notebook_cache
 from kvoffload.build.errors import ChapterError
+from kvoffload.build.kernels import KERNEL_NAME, CellFailure, Kernel, KernelBroken
+from kvoffload.build.notebook_cache import error_outputs
+from kvoffload.build.signals import stop_on_signals
 from kvoffload.spec.errors import InputError
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the whole kvoffload package
-CACHE_META = "kvoffload"
+LOCK_FILE = "requirements.lock"  # the pinned versions: a change re-executes every chapter
+__all__ = ["Chapter", "Job", "Outcome", "error_outputs", "run_jobs"]
 
 
 @dataclass(frozen=True)
@@ -138,15 +143,32 @@ def check_parameters(chapter: Chapter, params: dict[str, Any]) -> None:
         )
 
 
+# what a chapter imports: every layer under the build (the build and the command line run the
+# chapters but are not run by them; RUN_FORMAT stands for how this module runs them)
+RUN_FORMAT = "warm-kernel-1"
+_NOT_IMPORTED_BY_CHAPTERS = ("build", "cli.py", "__main__.py")
+
+
 @cache
 def _package_digest() -> str:
-    """Hash the package's source and catalog: a change to either re-executes every chapter."""
-    h = hashlib.sha256()
+    """Hash the package's source and catalog that chapters import: a change re-executes them all."""
+    h = hashlib.sha256(RUN_FORMAT.encode())
     for path in sorted(PACKAGE_DIR.rglob("*")):
-        if path.suffix in {".py", ".yaml", ".json"} and "__pycache__" not in path.parts:
+        if path.relative_to(PACKAGE_DIR).parts[0] in _NOT_IMPORTED_BY_CHAPTERS:
+            continue
+        if (
+            path.suffix in {".py", ".yaml", ".json", ".js", ".css"}
+            and "__pycache__" not in path.parts
+        ):
             h.update(str(path.relative_to(PACKAGE_DIR)).encode())
             h.update(path.read_bytes())
     return h.hexdigest()
+
+
+def _lock_bytes(chapter: Chapter) -> bytes:
+    """Return the pinned lock beside the chapters' checkout (the versions a chapter ran with)."""
+    lock = chapter.path.parent.parent / LOCK_FILE
+    return lock.read_bytes() if lock.is_file() else b""
 
 
 @dataclass(frozen=True)
@@ -156,18 +178,14 @@ class Job:
     chapter: Chapter
     profile: str  # the profile id (folder name)
     params: dict[str, Any] = field(hash=False)
-    out: Path
+    out: Path  # the executed notebook, kept as the cache entry of this job
     extra_inputs: tuple[Path, ...] = ()  # files the parameters point at (a user's profile)
 
     def key(self) -> str:
-        """Return the content hash: chapter text + parameters + package source + catalog (+ user files)."""
-        h = hashlib.sha256()
-        h.update(self.chapter.path.read_bytes())
-        h.update(json.dumps(self.params, sort_keys=True, default=str).encode())
-        h.update(_package_digest().encode())
-        for p in self.extra_inputs:
-            h.update(p.read_bytes())
-        return h.hexdigest()
+        """Return the cache key: code cells + parameters + package and catalog + lock + user files."""
+        inputs = [_package_digest().encode(), _lock_bytes(self.chapter)]
+        inputs += [p.read_bytes() for p in self.extra_inputs]
+        return notebook_cache.key(_read(self.chapter.path), self.params, inputs)
 
 
 @dataclass(frozen=True)
@@ -175,131 +193,201 @@ class Outcome:
     """What happened to one job."""
 
     job: Job
-    status: str  # 'executed' or 'cached'
+    status: str  # 'executed', 'cached' (unchanged) or 'rendered' (prose re-rendered, not run)
     seconds: float = 0.0
 
 
+def _render_cached(job: Job, cache_key: str) -> Outcome | None:
+    """Bring a sound stored run up to the chapter's current prose; None when it must execute."""
+    stored = notebook_cache.load(job.out, cache_key)
+    if stored is None:
+        return None
+    merged = notebook_cache.merge(_read(job.chapter.path), stored)
+    if merged is None:
+        return None
+    about = {"profile": job.profile, "chapter": job.chapter.name}
+    written = notebook_cache.write_if_changed(
+        job.out, notebook_cache.seal(merged, cache_key, **about)
+    )
+    return Outcome(job, "rendered" if written else "cached")
+
+
 def cached(job: Job) -> bool:
-    """True when the job's output exists and was made from the same inputs."""
-    if not job.out.is_file():
-        return False
-    try:
-        meta = (
-            json.loads(job.out.read_text(encoding="utf-8")).get("metadata", {}).get(CACHE_META, {})
-        )
-    except (OSError, ValueError):
-        return False
-    return meta.get("key") == job.key()
+    """True when the job's stored run is sound and was made from the same code and inputs."""
+    return notebook_cache.load(job.out, job.key()) is not None
 
 
-def error_outputs(nb: dict) -> list[str]:
-    """Return a description of every error output in an executed notebook."""
-    found = []
-    for i, cell in enumerate(nb.get("cells", [])):
-        for out in cell.get("outputs", []):
-            if out.get("output_type") == "error":
-                found.append(f"cell {i}: {out.get('ename')}: {out.get('evalue')}")
-            elif out.get(
-                "output_type"
-            ) == "stream" and "Traceback (most recent call last)" in "".join(out.get("text", "")):
-                found.append(f"cell {i}: a traceback printed to {out.get('name')}")
-    return found
+def _prepared(job: Job):
+    """Return the chapter as a notebook ready to run: kernel set, parameters injected after its
+    parameters cell (as papermill writes them)."""
+    import copy
 
+    from nbformat.v4 import new_code_cell
+    from papermill.translators import translate_parameters
 
-def _execute(job: Job) -> Outcome:
-    """Execute one job (in a worker process); raise ChapterError naming chapter, profile, cell."""
-    import time
-
-    import jupytext
-    import nbformat
-    import papermill
-    from papermill.exceptions import PapermillExecutionError
-
-    started = time.perf_counter()
-    nb = jupytext.read(job.chapter.path)
+    nb = copy.deepcopy(_read(job.chapter.path))
     nb.metadata["kernelspec"] = {
-        "name": "python3",
+        "name": KERNEL_NAME,
         "display_name": "Python 3",
         "language": "python",
     }
-    job.out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(suffix=".ipynb", dir=job.out.parent, prefix=".running-")
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        try:
-            executed = papermill.execute_notebook(
-                nb,
-                str(tmp),
-                parameters=job.params,
-                kernel_name="python3",
-                progress_bar=False,
-                log_output=False,
-                cwd=str(job.chapter.path.parent),
-                start_timeout=300,  # a busy two-core machine can take over a minute to start one
-            )
-        except PapermillExecutionError as exc:
-            source = ""
-            failed = nbformat.read(str(tmp), as_version=4) if tmp.exists() else None
-            if failed is not None and exc.cell_index < len(failed.cells):
-                lines = [
-                    ln for ln in failed.cells[exc.cell_index].source.splitlines() if ln.strip()
-                ]
-                source = f" ({lines[0][:80]!r})" if lines else ""
-            raise ChapterError(
-                f"chapter {job.chapter.name}, profile {job.profile}: cell {exc.cell_index}{source} "
-                f"raised {exc.ename}: {exc.evalue}"
-            ) from None
-        problems = error_outputs(executed)
-        if problems:
-            raise ChapterError(
-                f"chapter {job.chapter.name}, profile {job.profile}: error output in {problems[0]}"
-            )
-        executed.metadata[CACHE_META] = {
-            "key": job.key(),
-            "profile": job.profile,
-            "chapter": job.chapter.name,
-        }
-        nbformat.write(executed, str(tmp))
-        os.replace(tmp, job.out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    if job.params:
+        source = translate_parameters(KERNEL_NAME, "python", job.params, "Parameters")
+        injected = new_code_cell(source.rstrip("\n") + "\n")
+        injected.metadata["tags"] = [notebook_cache.INJECTED_TAG]
+        at = next(
+            (i + 1 for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])),
+            0,
+        )
+        nb.cells.insert(at, injected)
+    return nb
+
+
+def _failure(job: Job, nb, failure: CellFailure) -> ChapterError:
+    """Return the error naming chapter, profile and the failing cell as the chapter numbers it."""
+    index = failure.index
+    cells = nb.cells
+    source = ""
+    if 0 <= index < len(cells):
+        lines = [ln for ln in cells[index].source.splitlines() if ln.strip()]
+        source = f" ({lines[0][:80]!r})" if lines else ""
+        # the chapter's own numbering: the injected parameters cell is not one of its cells
+        index -= sum(
+            notebook_cache.INJECTED_TAG in c.metadata.get("tags", []) for c in cells[:index]
+        )
+    evalue = " ".join(str(failure.evalue).split())[:300]
+    return ChapterError(
+        f"chapter {job.chapter.name}, profile {job.profile}: cell {index}{source} "
+        f"raised {failure.ename}: {evalue}"
+    )
+
+
+def _execute(job: Job, kernel: Kernel) -> Outcome:
+    """Execute one job in a warm kernel; store the sealed run; raise ChapterError naming the cell."""
+    started = time.perf_counter()
+    cache_key = job.key()
+    nb = _prepared(job)
+    failure = kernel.run(nb)
+    if failure is not None:
+        raise _failure(job, nb, failure)
+    problems = notebook_cache.error_outputs(nb)
+    if problems:
+        raise ChapterError(
+            f"chapter {job.chapter.name}, profile {job.profile}: error output in {problems[0]}"
+        )
+    notebook_cache.seal(nb, cache_key, profile=job.profile, chapter=job.chapter.name)
+    notebook_cache.write_if_changed(job.out, nb)
     return Outcome(job, "executed", time.perf_counter() - started)
 
 
-def _quiet_worker() -> None:
-    """Send the worker's (and its kernels') stderr to /dev/null: failures come back as exceptions."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
-    os.close(devnull)
+class _Pool:
+    """Worker threads, each driving one warm kernel through jobs taken from a shared queue."""
+
+    def __init__(self, todo: Sequence[Job], workers: int, cwd: Path) -> None:
+        self.pending: queue.SimpleQueue[Job] = queue.SimpleQueue()
+        for job in todo:
+            self.pending.put(job)
+        self.results: queue.SimpleQueue[tuple[Job, Outcome | BaseException]] = queue.SimpleQueue()
+        self.cwd = cwd
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.kernels: list[Kernel] = []
+        self.threads = [
+            threading.Thread(target=self._work, name=f"kvoffload-kernel-{i}", daemon=True)
+            for i in range(workers)
+        ]
+        for t in self.threads:
+            t.start()
+
+    def _kernel(self) -> Kernel | None:
+        kernel = Kernel(self.cwd)
+        with self.lock:
+            if self.stop.is_set():  # stopped while it started: end it here
+                kernel.kill()
+                return None
+            self.kernels.append(kernel)
+        return kernel
+
+    def _work(self) -> None:
+        kernel: Kernel | None = None
+        try:
+            while not self.stop.is_set():
+                try:
+                    job = self.pending.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    for attempt in (1, 2):  # a kernel the last job broke is replaced once
+                        if kernel is None or not kernel.alive():
+                            if kernel is not None:
+                                kernel.close()
+                            kernel = self._kernel()
+                            if kernel is None:
+                                return
+                        try:
+                            self.results.put((job, _execute(job, kernel)))
+                            break
+                        except KernelBroken:
+                            kernel.close()
+                            kernel = None
+                            if attempt == 2:
+                                raise
+                except BaseException as exc:  # reported by the main thread, naming the job
+                    self.results.put((job, exc))
+        finally:
+            if kernel is not None:
+                kernel.close()
+
+    def halt(self) -> None:
+        """Stop taking jobs and kill every kernel now (on Ctrl-C, SIGTERM or SIGHUP)."""
+        with self.lock:
+            self.stop.set()
+            kernels = list(self.kernels)
+        for kernel in kernels:
+            kernel.kill()
+        for t in self.threads:
+            t.join(timeout=2)
 
 
 def run_jobs(
     jobs: Sequence[Job], *, n_jobs: int | None = None, progress: bool = True
 ) -> list[Outcome]:
-    """Run every job not already cached, in parallel; raise ChapterError listing all failures."""
-    from tqdm import tqdm
-
-    outcomes = [Outcome(j, "cached") for j in jobs if cached(j)]
-    todo = [j for j in jobs if not cached(j)]
+    """Run every job whose code or inputs changed, in warm kernels; raise ChapterError listing all
+    failures. A job whose prose alone changed is re-rendered from its stored run, not executed."""
+    outcomes: list[Outcome] = []
+    todo: list[Job] = []
+    for job in jobs:
+        found = _render_cached(job, job.key())
+        if found is None:
+            todo.append(job)
+        else:
+            outcomes.append(found)
     failures: list[str] = []
     if todo:
+        from tqdm import tqdm
+
         workers = max(1, min(n_jobs or os.cpu_count() or 1, len(todo)))
         bar = tqdm(total=len(todo), desc="executing chapters", unit="chapter", disable=not progress)
-        with ProcessPoolExecutor(max_workers=workers, initializer=_quiet_worker) as pool:
-            futures = {pool.submit(_execute, j): j for j in todo}
-            for fut in as_completed(futures):
-                try:
-                    outcomes.append(fut.result())
-                except ChapterError as exc:
-                    failures.append(str(exc))
-                except Exception as exc:  # a kernel that died, a broken install: still name the job
-                    j = futures[fut]
-                    failures.append(
-                        f"chapter {j.chapter.name}, profile {j.profile}: {type(exc).__name__}: {exc}"
-                    )
-                bar.update(1)
-        bar.close()
+        with stop_on_signals():
+            pool = _Pool(todo, workers, todo[0].chapter.path.parent)
+            try:
+                for _ in todo:
+                    job, result = pool.results.get()
+                    if isinstance(result, Outcome):
+                        outcomes.append(result)
+                    elif isinstance(result, ChapterError):
+                        failures.append(str(result))
+                    else:  # a kernel that died, a broken install: still name the job
+                        failures.append(
+                            f"chapter {job.chapter.name}, profile {job.profile}: "
+                            f"{type(result).__name__}: {' '.join(str(result).split())[:300]}"
+                        )
+                    bar.update(1)
+            except BaseException:
+                pool.halt()
+                raise
+            finally:
+                bar.close()
     if failures:
         raise ChapterError("; ".join(sorted(failures)))
     return outcomes

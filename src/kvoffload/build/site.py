@@ -13,7 +13,12 @@ from kvoffload.build.jupyterbook import build_and_swap
 from kvoffload.build.pages import prune, refuse_error_outputs, write_pages
 from kvoffload.build.profiles import ordered_profiles, plan, resolve_profile
 from kvoffload.build.runner import Outcome, chapters, run_jobs
+from kvoffload.build.signals import exclusive, stop_on_signals
 from kvoffload.report import calculator_page
+
+EXECUTED = Path("_build") / ".cache" / "executed"  # each chapter's last run, per profile
+STAGING = Path("_build") / ".staging"  # Sphinx's working tree, kept for incremental builds
+LOCK = Path("_build") / ".kvoffload-book.lock"
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,11 @@ class BookResult:
     def executed(self) -> int:
         """Return how many chapter runs executed (not cached)."""
         return sum(o.status == "executed" for o in self.outcomes)
+
+    @property
+    def rendered(self) -> int:
+        """Return how many chapters were re-rendered from their stored run (prose edits)."""
+        return sum(o.status == "rendered" for o in self.outcomes)
 
 
 def _inputs_digest(root: Path, extra: Mapping[str, bytes] | None = None) -> str:
@@ -48,6 +58,46 @@ def _inputs_digest(root: Path, extra: Mapping[str, bytes] | None = None) -> str:
     return h.hexdigest()
 
 
+def _structure(root: Path) -> str:
+    """Hash what every page shows around its own text: the config, the toc, the extension and
+    static files, the lock, and each page with its title.
+
+    When it changes, Sphinx starts from a clean staging tree (an incremental build would leave
+    other pages' sidebars naming old titles); otherwise it re-reads only changed pages.
+    """
+    h = hashlib.sha256()
+    for p in (root / "_config.yml", root / "_toc.yml", root / "requirements.lock"):
+        h.update(p.read_bytes() if p.is_file() else b"")
+    # the extension, templates, styles and scripts shape every page: Sphinx does not see them change
+    for folder in (root / "book" / "_ext", root / "book" / "_static"):
+        for p in sorted(folder.rglob("*")) if folder.is_dir() else []:
+            if p.is_file() and "__pycache__" not in p.parts:
+                h.update(str(p.relative_to(root)).encode())
+                h.update(p.read_bytes())
+    for p in sorted((root / "book").rglob("*")):
+        if p.suffix in {".md", ".ipynb"} and ".writing-" not in p.name:
+            h.update(str(p.relative_to(root)).encode())
+            h.update(_title(p).encode())
+    return h.hexdigest()
+
+
+def _title(page: Path) -> str:
+    """Return a page's first heading (Markdown or notebook), or ''."""
+    if page.suffix == ".md":
+        lines = page.read_text(encoding="utf-8").splitlines()
+    else:
+        import json
+
+        cells = json.loads(page.read_text(encoding="utf-8")).get("cells", [])
+        lines = [
+            ln
+            for c in cells
+            if c.get("cell_type") == "markdown"
+            for ln in "".join(c["source"]).splitlines()
+        ]
+    return next((ln for ln in lines if ln.startswith("# ")), "")
+
+
 def build_book(
     root: Path,
     profile_ids: Sequence[str] | None = None,
@@ -55,16 +105,27 @@ def build_book(
     n_jobs: int | None = None,
     progress: bool = True,
 ) -> BookResult:
-    """Execute every chapter for every profile (cached), then build _build/html strictly and swap it in."""
+    """Execute every chapter for every profile (cached), then build _build/html strictly and swap it in.
+
+    One build per checkout at a time (a second one is refused); Ctrl-C, SIGTERM or SIGHUP stop
+    it at once, kill its kernels and leave the last site and every finished run in place.
+    """
+    with exclusive(root / LOCK, "kvoffload book"), stop_on_signals():
+        return _build(root, profile_ids, n_jobs=n_jobs, progress=progress)
+
+
+def _build(
+    root: Path, profile_ids: Sequence[str] | None, *, n_jobs: int | None, progress: bool
+) -> BookResult:
     started = time.perf_counter()
     ids = ordered_profiles(profile_ids)
     profiles = [resolve_profile(i) for i in ids]
     generated = root / "book" / "generated"
     chosen = chapters(root)
-    jobs = plan(root, profiles, generated, chosen)
+    jobs = plan(root, profiles, root / EXECUTED, chosen)
     outcomes = run_jobs(jobs, n_jobs=n_jobs, progress=progress)
     prune(generated, ids, chosen)
-    write_pages(root, generated, ids, chosen)
+    write_pages(root, generated, ids, chosen, executed=root / EXECUTED)
     refuse_error_outputs(generated)
     vendor_assets(root / "book" / "_static")
     html = root / "_build" / "html"
@@ -73,5 +134,7 @@ def build_book(
     digest = _inputs_digest(root, calculator)
     if stamp.is_file() and stamp.read_text() == digest:
         return BookResult(html, outcomes, False, time.perf_counter() - started)
-    build_and_swap(root, root / "_build" / ".staging", html, stamp=digest, extra=calculator)
+    build_and_swap(
+        root, root / STAGING, html, stamp=digest, extra=calculator, structure=_structure(root)
+    )
     return BookResult(html, outcomes, True, time.perf_counter() - started)

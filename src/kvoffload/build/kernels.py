@@ -1,0 +1,170 @@
+"""Warm kernels: one IPython kernel per worker runs many notebooks, each in a clean namespace.
+
+A kernel start and the chapters' imports cost more than most chapters compute, so each worker
+keeps one kernel for all of its jobs. Before every notebook the kernel's user namespace is
+emptied (``%reset -f``) and its working folder restored, so a name defined by one chapter is
+never visible to the next; imported modules stay loaded, which is the point. A kernel that died
+is replaced before the next job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+KERNEL_NAME = "python3"
+START_TIMEOUT_S = 300  # a busy two-core machine can take over a minute to start one
+CELL_TIMEOUT_S = 1200  # no chapter cell computes for 20 minutes: one that does is stuck
+RESET_TIMEOUT_S = 60  # emptying the namespace takes milliseconds; a kernel that does not answer
+# in this time was broken by the last notebook (a patched module it relies on) and is replaced
+# run before every notebook: an empty user namespace, the chapter folder as working folder
+_RESET = (
+    "get_ipython().run_line_magic('reset', '-f')\n"
+    "import os as _kvoffload_os\n"
+    "_kvoffload_os.chdir({cwd!r})\n"
+    "del _kvoffload_os\n"
+    # counted as a fresh kernel counts: this cell ends by adding one, the chapter's first is 1
+    "get_ipython().execution_count = 0\n"
+)
+
+
+@cache
+def _client_class() -> type:
+    """Return a NotebookClient that never ends the kernel itself (the Kernel object does).
+
+    nbclient registers an exit hook per run that shuts the kernel down and destroys the zmq
+    context; with a kernel shared between runs that hook can block the interpreter's exit.
+    """
+    from jupyter_core.utils import run_sync
+    from nbclient import NotebookClient
+
+    class SharedKernelClient(NotebookClient):
+        async def _async_cleanup_kernel(self) -> None:
+            return None
+
+        _cleanup_kernel = run_sync(_async_cleanup_kernel)
+
+    return SharedKernelClient
+
+
+class KernelBroken(RuntimeError):
+    """The kernel did not come back clean between two notebooks: start another one."""
+
+
+@dataclass(frozen=True)
+class CellFailure:
+    """A notebook cell that raised: its index in the executed notebook, and the error."""
+
+    index: int
+    ename: str
+    evalue: str
+
+
+class Kernel:
+    """One warm IPython kernel, driven from a single thread."""
+
+    def __init__(self, cwd: Path) -> None:
+        """Start the kernel with ``cwd`` as its working folder; wait until it answers."""
+        from nbformat.v4 import new_notebook
+
+        self.cwd = str(cwd)
+        boot = _client_class()(
+            new_notebook(), kernel_name=KERNEL_NAME, startup_timeout=START_TIMEOUT_S
+        )
+        boot.create_kernel_manager()
+        # the kernel's own chatter (a warning about its transport) is not the build's: failures
+        # come back as error messages
+        boot.start_new_kernel(cwd=self.cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        boot.start_new_kernel_client()
+        self._km, self._kc = boot.km, boot.kc
+
+    @property
+    def _process(self):
+        return getattr(getattr(self._km, "provisioner", None), "process", None)
+
+    @property
+    def pid(self) -> int | None:
+        """Return the kernel's process id (the leader of its own session), if it was started."""
+        return getattr(self._process, "pid", None)
+
+    def alive(self) -> bool:
+        """True while the kernel's process runs."""
+        process = self._process
+        return process is not None and process.poll() is None
+
+    def _client(self, nb, timeout: float | None = None):
+        client = _client_class()(
+            nb,
+            km=self._km,
+            kernel_name=KERNEL_NAME,
+            timeout=timeout,
+            record_timing=False,  # no timestamps: the same inputs give the same notebook
+            allow_errors=False,
+            store_widget_state=False,
+        )
+        client.kc = self._kc
+        return client
+
+    def reset(self) -> None:
+        """Empty the user namespace and restore the working folder; raise KernelBroken if it fails."""
+        from nbformat.v4 import new_code_cell, new_notebook
+
+        nb = new_notebook(cells=[new_code_cell(_RESET.format(cwd=self.cwd))])
+        try:
+            self._client(nb, timeout=RESET_TIMEOUT_S).execute()
+        except Exception as exc:  # a timeout, a dead kernel, an error: this kernel is done
+            self.kill()
+            raise KernelBroken(f"{type(exc).__name__}: {exc}") from exc
+
+    def run(self, nb) -> CellFailure | None:
+        """Execute ``nb`` in place in a clean namespace; return the failing cell, if one raised."""
+        from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
+        self.reset()
+        client = self._client(nb, timeout=CELL_TIMEOUT_S)
+        started: list[int] = []
+        failed: list[int] = []
+        client.on_cell_start = lambda cell, cell_index: started.append(cell_index)
+        client.on_cell_error = lambda cell, cell_index, execute_reply: failed.append(cell_index)
+        try:
+            client.execute()
+        except CellExecutionError as exc:
+            index = failed[0] if failed else -1
+            return CellFailure(index, exc.ename, exc.evalue)
+        except (CellTimeoutError, DeadKernelError, TimeoutError) as exc:
+            self.kill()  # stuck or dead: the next notebook gets a new kernel
+            index = started[-1] if started else -1
+            if isinstance(exc, DeadKernelError):
+                return CellFailure(index, type(exc).__name__, "the kernel died")
+            return CellFailure(
+                index, type(exc).__name__, f"the kernel gave no answer within {CELL_TIMEOUT_S} s"
+            )
+        return None
+
+    def kill(self) -> None:
+        """Kill the kernel's whole process group at once (used on interrupt and at the end)."""
+        pid = self.pid
+        if pid is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)  # the kernel leads its own session and group
+        process = self._process
+        if process is not None:
+            process.wait()
+
+    def close(self) -> None:
+        """Stop the client's channels and end the kernel."""
+        try:
+            self._kc.stop_channels()
+        finally:
+            self.kill()
+            from jupyter_core.utils import run_sync
+
+            # the connection file of the ended kernel; best effort, the kernel is gone either way
+            with contextlib.suppress(Exception):
+                run_sync(self._km.cleanup_resources)()
