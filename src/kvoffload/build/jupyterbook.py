@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -91,7 +93,6 @@ def _exchange(a: Path, b: Path) -> bool:
     if not sys.platform.startswith("linux"):
         return False
     import ctypes
-    import os
 
     libc = ctypes.CDLL(None, use_errno=True)
     renameat2 = getattr(libc, "renameat2", None)
@@ -129,6 +130,32 @@ def swap_in(new_html: Path, target: Path) -> None:
     shutil.rmtree(previous, ignore_errors=True)
 
 
+def copy_site(built: Path, new: Path, published: Path) -> None:
+    """Copy ``built`` to ``new``, linking each file the published site already holds unchanged.
+
+    Sphinx rewrites its own files in place, so the new site never links into the staging tree;
+    the published site is never written, only replaced whole, so a file it holds with the same
+    size and modification time as the built one (copies keep the time) is shared by a hard link.
+    """
+    for folder, _, files in os.walk(built):
+        rel = Path(folder).relative_to(built)
+        (new / rel).mkdir(parents=True, exist_ok=True)
+        for name in files:
+            src, old, dst = Path(folder) / name, published / rel / name, new / rel / name
+            s = src.stat()
+            try:
+                o = old.lstat()
+                if stat.S_ISREG(o.st_mode) and (o.st_size, o.st_mtime_ns) == (
+                    s.st_size,
+                    s.st_mtime_ns,
+                ):
+                    os.link(old, dst)
+                    continue
+            except OSError:
+                pass
+            shutil.copy2(src, dst)
+
+
 COMPLETE = ".kvoffload-complete"  # in a staging tree whose last Sphinx run finished
 
 
@@ -160,10 +187,11 @@ def build_and_swap(
     built = staging / "_build" / "html"
     new_html = target.with_name(target.name + ".new")
     shutil.rmtree(new_html, ignore_errors=True)
-    shutil.copytree(built, new_html)  # the staging tree stays Sphinx's, for the next build
+    copy_site(built, new_html, target)  # the staging tree stays Sphinx's, for the next build
     for rel, body in (extra or {}).items():
         path = new_html / rel
         path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)  # never write through a link into the published site
         path.write_bytes(body)
     offsite = check_offline(new_html)
     if offsite:

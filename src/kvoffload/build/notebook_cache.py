@@ -106,6 +106,44 @@ def load(path: Path, cache_key: str) -> Any | None:
     return None if error_outputs(nb) else nb
 
 
+SEAL_SUFFIX = ".seal"  # beside each stored run: its key, its bytes' hash, the text it carries
+
+
+def _seal_path(path: Path) -> Path:
+    return path.with_name("." + path.name + SEAL_SUFFIX)  # hidden beside the notebook
+
+
+def note(path: Path, cache_key: str, text_hash: str) -> None:
+    """Record, beside a stored run just written and verified, what it is: key, bytes, text."""
+    body = json.dumps({"key": cache_key, "bytes": _file_hash(path), "text": text_hash})
+    _seal_path(path).write_text(body, encoding="utf-8")
+
+
+def unchanged(path: Path, cache_key: str, text_hash: str) -> bool:
+    """True when the stored run is byte for byte the one noted for this key and chapter text.
+
+    The cheap path of a no-op build: the bytes' hash stands for the full verification done when
+    the run was noted; any difference (an edit, a truncation, another key or text) sends the
+    caller to the full path, which parses and verifies the notebook.
+    """
+    try:
+        seal = json.loads(_seal_path(path).read_text(encoding="utf-8"))
+        return (
+            isinstance(seal, dict)
+            and seal.get("key") == cache_key
+            and seal.get("text") == text_hash
+            and path.is_file()
+            and path.stat().st_size <= MAX_NOTEBOOK_BYTES
+            and seal.get("bytes") == _file_hash(path)
+        )
+    except (OSError, ValueError):
+        return False
+
+
+def _file_hash(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def merge(text: Any, executed: Any) -> Any | None:
     """Return the chapter's current cells carrying the outputs of ``executed``, cell by cell.
 

@@ -9,6 +9,7 @@ labels of a chapter rendered once per profile are made unique to the profile.
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import re
 import shutil
@@ -22,7 +23,7 @@ from kvoffload.build.assets import catalog_bib, write_if_changed
 from kvoffload.build.errors import ChapterError
 from kvoffload.build.notebook_cache import error_outputs
 from kvoffload.build.profiles import REFERENCE
-from kvoffload.build.runner import Chapter, per_profile
+from kvoffload.build.runner import Chapter, package_memo, per_profile
 from kvoffload.report import verdict_box
 from kvoffload.spec.hardware import System, load_system, system_ids
 from kvoffload.spec.models import load_model
@@ -253,6 +254,60 @@ def prepare_page(
     return notebook_cache.write_if_changed(path, nb)
 
 
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class _PageMemo:
+    """What each page was last prepared from, so an unchanged page is not read and rewritten.
+
+    A page depends on its executed notebook, its chapter's title, its machine and the machines
+    the switcher lists, and this module's code; their hash, and the page's own, are kept in
+    ``generated/.pages.json`` (written only by a successful preparation).
+    """
+
+    FILE = ".pages.json"
+
+    def __init__(self, generated: Path, systems: dict[str, System]) -> None:
+        self.path = generated / self.FILE
+        try:
+            self.seen: dict[str, str] = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            self.seen = {}
+        if not isinstance(self.seen, dict):
+            self.seen = {}
+        self.generated = generated
+        common = hashlib.sha256(Path(__file__).read_bytes())
+        common.update(Path(verdict_box.__file__).read_bytes())
+        common.update(
+            json.dumps([[s.id, s.name, machine_label(s)] for s in systems.values()]).encode()
+        )
+        self.common = common.hexdigest()
+        self.systems = systems
+
+    def _key(self, source: Path, chapter: Chapter, pid: str | None) -> str:
+        h = hashlib.sha256(self.common.encode())
+        h.update(source.read_bytes())
+        h.update(json.dumps([chapter.name, chapter.title, pid]).encode())
+        return h.hexdigest()
+
+    def fresh(self, page: Path, source: Path, chapter: Chapter, pid: str | None) -> bool:
+        """True when ``page`` exists and was prepared from exactly these inputs."""
+        rel = str(page.relative_to(self.generated))
+        if not page.is_file() or not source.is_file():
+            return False
+        return self.seen.get(rel) == self._key(source, chapter, pid) + _digest(page)
+
+    def record(self, page: Path, source: Path, chapter: Chapter, pid: str | None) -> None:
+        """Remember what ``page`` was just prepared from."""
+        rel = str(page.relative_to(self.generated))
+        self.seen[rel] = self._key(source, chapter, pid) + _digest(page)
+
+    def save(self) -> None:
+        """Write the memo (only when it changed)."""
+        write_if_changed(self.path, json.dumps(self.seen, indent=0, sort_keys=True) + "\n")
+
+
 def _once(chosen: Sequence[Chapter]) -> list[Chapter]:
     return [c for c in chosen if not per_profile(c)]
 
@@ -346,34 +401,50 @@ def write_pages(
     profile_ids: Sequence[str],
     chosen: Sequence[Chapter],
     executed: Path | None = None,
+    derived: Path | None = None,
 ) -> None:
     """Write the intro's answer, the machines page, one index per profile, and each chapter's page.
 
     A chapter's page is made from its executed notebook in ``executed``/<profile>/ (default:
-    the page itself, prepared in place); every file is written only when its bytes change.
+    the page itself, prepared in place); every file is written only when its bytes change. With
+    ``derived``, the Markdown pages (verdicts from the package alone) are kept there between
+    builds until the package changes.
     """
     runs = executed or generated
     systems = {pid: load_system(pid) for pid in profile_ids}
     once = _once(chosen)
     every = [c for c in chosen if per_profile(c)]  # once-only chapters stay on the main path
-    write_if_changed(generated / ANSWER, answer_markdown(systems))
-    write_if_changed(generated / "machines.md", machines_markdown(systems))
-    for pid in (p for p in systems if p != REFERENCE):
-        write_if_changed(generated / pid / "index.md", index_markdown(systems[pid], every, once))
+
+    def markdown() -> dict[str, bytes]:
+        files = {ANSWER: answer_markdown(systems), "machines.md": machines_markdown(systems)}
+        for pid in (p for p in systems if p != REFERENCE):
+            files[f"{pid}/index.md"] = index_markdown(systems[pid], every, once)
+        return {rel: text.encode("utf-8") for rel, text in files.items()}
+
+    # the verdicts these pages show come from the package alone: computed once per package
+    # (and this module, which writes them: the package's digest leaves the build out)
+    seen = hashlib.sha256(Path(__file__).read_bytes())
+    seen.update(json.dumps([list(profile_ids), [[c.name, c.title] for c in chosen]]).encode())
+    name = "pages-" + seen.hexdigest()[:16]
+    files = package_memo(derived, name, markdown) if derived is not None else markdown()
+    for rel, body in files.items():
+        write_if_changed(generated / rel, body.decode("utf-8"))
+    memo = _PageMemo(generated, systems)
     for pid in systems:
         for c in every:
             name = f"{c.name}.ipynb"
-            prepare_page(
-                generated / pid / name,
-                c,
-                systems[pid],
-                systems=systems,
-                namespace=pid,
-                source=runs / pid / name,
-            )
+            page, source = generated / pid / name, runs / pid / name
+            if memo.fresh(page, source, c, pid):
+                continue
+            prepare_page(page, c, systems[pid], systems=systems, namespace=pid, source=source)
+            memo.record(page, source, c, pid)
     for c in once:
         name = f"{c.name}.ipynb"
-        prepare_page(generated / REFERENCE / name, c, None, source=runs / REFERENCE / name)
+        page, source = generated / REFERENCE / name, runs / REFERENCE / name
+        if not memo.fresh(page, source, c, None):
+            prepare_page(page, c, None, source=source)
+            memo.record(page, source, c, None)
+    memo.save()
     bib = (root / "book" / "references.bib").read_text(encoding="utf-8")
     write_if_changed(generated / "catalog.bib", catalog_bib(bib))
 

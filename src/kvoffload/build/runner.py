@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
 import os
 import queue
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -165,6 +166,30 @@ def _package_digest() -> str:
     return h.hexdigest()
 
 
+def package_memo(
+    cache_dir: Path, name: str, compute: Callable[[], dict[str, bytes]]
+) -> dict[str, bytes]:
+    """Return ``compute()``, kept on disk in ``cache_dir`` until the package (code or catalog)
+    changes: for what the build derives from the package alone (the calculator's files)."""
+    import base64
+
+    path = cache_dir / f"{name}.json"
+    key = _package_digest()
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        if stored.get("key") == key:
+            return {k: base64.b64decode(v) for k, v in stored["files"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    files = compute()
+    body = {"key": key, "files": {k: base64.b64encode(v).decode() for k, v in files.items()}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(body), encoding="utf-8")
+    os.replace(tmp, path)
+    return files
+
+
 def _lock_bytes(chapter: Chapter) -> bytes:
     """Return the pinned lock beside the chapters' checkout (the versions a chapter ran with)."""
     lock = chapter.path.parent.parent / LOCK_FILE
@@ -197,8 +222,15 @@ class Outcome:
     seconds: float = 0.0
 
 
+def _text_hash(chapter: Chapter) -> str:
+    return hashlib.sha256(chapter.path.read_bytes()).hexdigest()
+
+
 def _render_cached(job: Job, cache_key: str) -> Outcome | None:
     """Bring a sound stored run up to the chapter's current prose; None when it must execute."""
+    text = _text_hash(job.chapter)
+    if notebook_cache.unchanged(job.out, cache_key, text):
+        return Outcome(job, "cached")
     stored = notebook_cache.load(job.out, cache_key)
     if stored is None:
         return None
@@ -209,6 +241,7 @@ def _render_cached(job: Job, cache_key: str) -> Outcome | None:
     written = notebook_cache.write_if_changed(
         job.out, notebook_cache.seal(merged, cache_key, **about)
     )
+    notebook_cache.note(job.out, cache_key, text)
     return Outcome(job, "rendered" if written else "cached")
 
 
@@ -265,6 +298,7 @@ def _failure(job: Job, nb, failure: CellFailure) -> ChapterError:
 def _execute(job: Job, kernel: Kernel) -> Outcome:
     """Execute one job in a warm kernel; store the sealed run; raise ChapterError naming the cell."""
     started = time.perf_counter()
+    text = _text_hash(job.chapter)  # the text it runs from, taken before the run
     cache_key = job.key()
     nb = _prepared(job)
     failure = kernel.run(nb)
@@ -277,6 +311,7 @@ def _execute(job: Job, kernel: Kernel) -> Outcome:
         )
     notebook_cache.seal(nb, cache_key, profile=job.profile, chapter=job.chapter.name)
     notebook_cache.write_if_changed(job.out, nb)
+    notebook_cache.note(job.out, cache_key, text)
     return Outcome(job, "executed", time.perf_counter() - started)
 
 

@@ -12,11 +12,12 @@ from kvoffload.build.assets import vendor_assets
 from kvoffload.build.jupyterbook import build_and_swap
 from kvoffload.build.pages import prune, refuse_error_outputs, write_pages
 from kvoffload.build.profiles import ordered_profiles, plan, resolve_profile
-from kvoffload.build.runner import Outcome, chapters, run_jobs
+from kvoffload.build.runner import Outcome, chapters, package_memo, run_jobs
 from kvoffload.build.signals import exclusive, stop_on_signals
 from kvoffload.report import calculator_page
 
 EXECUTED = Path("_build") / ".cache" / "executed"  # each chapter's last run, per profile
+DERIVED = Path("_build") / ".cache" / "derived"  # what the build computes from the package alone
 STAGING = Path("_build") / ".staging"  # Sphinx's working tree, kept for incremental builds
 LOCK = Path("_build") / ".kvoffload-book.lock"
 
@@ -125,12 +126,13 @@ def _build(
     jobs = plan(root, profiles, root / EXECUTED, chosen)
     outcomes = run_jobs(jobs, n_jobs=n_jobs, progress=progress)
     prune(generated, ids, chosen)
-    write_pages(root, generated, ids, chosen, executed=root / EXECUTED)
+    write_pages(root, generated, ids, chosen, executed=root / EXECUTED, derived=root / DERIVED)
     refuse_error_outputs(generated)
     vendor_assets(root / "book" / "_static")
     html = root / "_build" / "html"
     stamp = html / ".kvoffload-inputs"
-    calculator = calculator_page.site_files()  # calculator.html at the site's root
+    # calculator.html at the site's root: derived from the package alone, kept until it changes
+    calculator = package_memo(root / DERIVED, "calculator", calculator_page.site_files)
     digest = _inputs_digest(root, calculator)
     if stamp.is_file() and stamp.read_text() == digest:
         return BookResult(html, outcomes, False, time.perf_counter() - started)
