@@ -12,42 +12,7 @@ import pytest
 from kvoffload.build import notebook_cache
 from kvoffload.build.errors import ChapterError
 from kvoffload.build.runner import Chapter, Job, run_jobs
-
-HEAD = """---
-jupytext:
-  text_representation:
-    extension: .md
-    format_name: myst
-kernelspec:
-  display_name: Python 3
-  language: python
-  name: python3
----
-
-# {title}
-
-{prose}
-
-```{{code-cell}} ipython3
-:tags: [parameters]
-
-hardware = "article-reference"
-```
-
-{cells}
-"""
-
-
-def _cell(code: str) -> str:
-    return f"```{{code-cell}} ipython3\n{code}\n```\n"
-
-
-def _chapter(root: Path, name: str, *codes: str, prose: str = "Some prose.") -> Chapter:
-    path = root / "notebooks" / f"{name}.md"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    cells = "\n".join(_cell(c) for c in codes)
-    path.write_text(HEAD.format(title=name, prose=prose, cells=cells), encoding="utf-8")
-    return Chapter(path)
+from tests.chapter_support import write_chapter
 
 
 def _job(root: Path, chapter: Chapter, profile: str = "p1") -> Job:
@@ -72,10 +37,10 @@ def _texts(path: Path) -> list[str]:
 
 
 def test_a_name_set_by_one_job_is_absent_in_the_next_in_the_same_kernel(tmp_path):
-    first = _chapter(
+    first = write_chapter(
         tmp_path, "01_first", "leaked = 41\nimport os\nos.chdir('/')", "print(leaked + 1)"
     )
-    second = _chapter(
+    second = write_chapter(
         tmp_path,
         "02_second",
         "print('leaked' in globals(), 'hardware' in globals())",
@@ -90,24 +55,26 @@ def test_a_name_set_by_one_job_is_absent_in_the_next_in_the_same_kernel(tmp_path
 
 
 def test_a_prose_edit_executes_nothing_and_a_code_edit_executes_again(tmp_path):
-    chapter = _chapter(tmp_path, "01_one", "import random\nprint(random.random())")
+    chapter = write_chapter(tmp_path, "01_one", "import random\nprint(random.random())")
     job = _job(tmp_path, chapter)
     assert run_jobs([job], progress=False)[0].status == "executed"
     drawn = _texts(job.out)
     assert run_jobs([job], progress=False)[0].status == "cached"
-    _chapter(tmp_path, "01_one", "import random\nprint(random.random())", prose="New words.")
+    write_chapter(tmp_path, "01_one", "import random\nprint(random.random())", prose="New words.")
     again = run_jobs([job], progress=False)[0]
     assert again.status == "rendered"  # the stored outputs, under the new prose
     assert _texts(job.out) == drawn
     assert "New words." in job.out.read_text(encoding="utf-8")
     assert "Some prose." not in job.out.read_text(encoding="utf-8")
-    _chapter(tmp_path, "01_one", "import random\nprint(random.random() + 1)", prose="New words.")
+    write_chapter(
+        tmp_path, "01_one", "import random\nprint(random.random() + 1)", prose="New words."
+    )
     assert run_jobs([job], progress=False)[0].status == "executed"
     assert _texts(job.out) != drawn
 
 
 def test_parameters_and_inputs_are_part_of_the_key(tmp_path):
-    chapter = _chapter(tmp_path, "01_one", "print(hardware)")
+    chapter = write_chapter(tmp_path, "01_one", "print(hardware)")
     one, two = _job(tmp_path, chapter, "p1"), _job(tmp_path, chapter, "p2")
     assert one.key() != two.key()
     run_jobs([one, two], progress=False)
@@ -141,7 +108,7 @@ def _first_stream(nb: dict) -> dict:
     ],
 )
 def test_a_damaged_stored_run_is_executed_again_never_published(tmp_path, damage):
-    chapter = _chapter(tmp_path, "01_one", "print('genuine')")
+    chapter = write_chapter(tmp_path, "01_one", "print('genuine')")
     job = _job(tmp_path, chapter)
     run_jobs([job], progress=False)
     if damage == "edited output":
@@ -172,7 +139,9 @@ def test_a_damaged_stored_run_is_executed_again_never_published(tmp_path, damage
 
 
 def test_a_failing_cell_is_named_as_the_chapter_numbers_it(tmp_path):
-    chapter = _chapter(tmp_path, "07_broken", "x = 1", "raise ValueError('deliberately\\nbroken')")
+    chapter = write_chapter(
+        tmp_path, "07_broken", "x = 1", "raise ValueError('deliberately\\nbroken')"
+    )
     job = _job(tmp_path, chapter, "p9")
     with pytest.raises(ChapterError) as err:
         run_jobs([job], progress=False)
@@ -188,8 +157,8 @@ def test_a_kernel_broken_by_a_chapter_is_replaced_for_the_next(tmp_path, monkeyp
 
     monkeypatch.setattr(kernels, "CELL_TIMEOUT_S", 5)
     # the kernel's own messages need json: after this cell it cannot even answer
-    breaker = _chapter(tmp_path, "01_breaker", "import json\njson.loads = json.dumps = None")
-    after = _chapter(tmp_path, "02_after", "print('ran')")
+    breaker = write_chapter(tmp_path, "01_breaker", "import json\njson.loads = json.dumps = None")
+    after = write_chapter(tmp_path, "02_after", "print('ran')")
     jobs = [_job(tmp_path, breaker), _job(tmp_path, after)]
     with pytest.raises(
         ChapterError, match=r"01_breaker, profile p1: cell 2 .*no answer within 5 s"
@@ -200,11 +169,11 @@ def test_a_kernel_broken_by_a_chapter_is_replaced_for_the_next(tmp_path, monkeyp
 
 
 def test_a_warm_kernel_gives_the_outputs_a_fresh_one_gives(tmp_path):
-    before = _chapter(
+    before = write_chapter(
         tmp_path, "01_before", "import decimal\nstate = [1] * 5\ndef hardware_of():\n    return 1"
     )
     code = "import json\nprint(json.dumps({'a': hardware}), 'state' in dir(), 'decimal' in dir())\n[1, 2]"
-    after = _chapter(tmp_path, "02_after", code)
+    after = write_chapter(tmp_path, "02_after", code)
     warm = [_job(tmp_path, before, "w"), _job(tmp_path, after, "w")]
     cold = _job(tmp_path, after, "c")
     run_jobs(warm, n_jobs=1, progress=False)

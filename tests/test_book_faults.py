@@ -20,30 +20,7 @@ from kvoffload.build.profiles import ordered_profiles, plan, resolve_profile
 from kvoffload.build.runner import cached, chapters
 from kvoffload.build.signals import exclusive
 from kvoffload.build.site import EXECUTED, LOCK
-
-CHAPTER = """---
-jupytext:
-  text_representation:
-    extension: .md
-    format_name: myst
-kernelspec:
-  display_name: Python 3
-  language: python
-  name: python3
----
-
-# {title}
-
-```{{code-cell}} ipython3
-:tags: [parameters]
-
-hardware = "article-reference"
-```
-
-```{{code-cell}} ipython3
-{code}
-```
-"""
+from tests.chapter_support import write_chapter
 
 
 def _checkout(root: Path) -> Path:
@@ -55,8 +32,7 @@ def _checkout(root: Path) -> Path:
         ("01_quick", "print(hardware)"),
         ("02_slow", "import time\ntime.sleep(120)"),
     ):
-        text = CHAPTER.format(title=name, code=code)
-        (root / "notebooks" / f"{name}.md").write_text(text, encoding="utf-8")
+        write_chapter(root, name, code, prose="")
     site = root / "_build" / "html"
     site.mkdir(parents=True)
     (site / "index.html").write_text("the last good site")

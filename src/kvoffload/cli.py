@@ -432,8 +432,7 @@ def _book(args: argparse.Namespace) -> int:
 
 def _run_out(out: Path) -> Path:
     """Return ``out``; InputError when it is not a folder or could not be created or written."""
-    import os
-    import tempfile
+    from kvoffload.spec.inputs import check_writable
 
     where = {"file": str(out), "field": "--out"}
     existing = out.absolute()
@@ -444,12 +443,7 @@ def _run_out(out: Path) -> Path:
             "exists and is not a folder" if existing == out.absolute() else f"{existing} is a file"
         )
         raise InputError(what, **where)
-    try:  # writing is the only sure test (root ignores permission bits, a mount may be ro)
-        fd, probe = tempfile.mkstemp(prefix=".kvoffload-probe-", dir=existing)
-    except OSError as exc:
-        raise InputError(f"cannot write in {existing}: {exc.strerror or exc}", **where) from None
-    os.close(fd)
-    os.unlink(probe)
+    check_writable(existing, **where)
     return out
 
 

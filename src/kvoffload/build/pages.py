@@ -158,7 +158,8 @@ def show_parameters(nb) -> None:
     where = next((i for i, c in enumerate(cells) if "parameters" in _tags(c)), None)
     if where is None:
         return
-    injected_at = next((i for i, c in enumerate(cells) if "injected-parameters" in _tags(c)), None)
+    tag = notebook_cache.INJECTED_TAG
+    injected_at = next((i for i, c in enumerate(cells) if tag in _tags(c)), None)
     injected = cells[injected_at].source if injected_at is not None else ""
     cell = nbformat.v4.new_code_cell(parameters_source(cells[where].source, injected))
     cell.metadata["tags"] = [PARAMETERS_TAG, "hide-input"]

@@ -18,13 +18,11 @@ from typing import Any
 from kvoffload.build import notebook_cache
 from kvoffload.build.errors import ChapterError
 from kvoffload.build.kernels import KERNEL_NAME, CellFailure, Kernel, KernelBroken
-from kvoffload.build.notebook_cache import error_outputs
 from kvoffload.build.signals import stop_on_signals
 from kvoffload.spec.errors import InputError
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the whole kvoffload package
 LOCK_FILE = "requirements.lock"  # the pinned versions: a change re-executes every chapter
-__all__ = ["Chapter", "Job", "Outcome", "error_outputs", "run_jobs"]
 
 
 @dataclass(frozen=True)

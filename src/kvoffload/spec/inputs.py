@@ -302,3 +302,20 @@ def _depth(data: Any) -> int:
 def is_finite_number(x: Any) -> bool:
     """True for an int or float that is finite (bool excluded)."""
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def check_writable(folder: Path, *, file: str, field: str) -> None:
+    """Raise InputError unless a file can be created in ``folder`` (tried, then removed).
+
+    Trying is the only sure test: root ignores permission bits, and a mount may be read-only.
+    """
+    import tempfile
+
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".kvoffload-probe-", dir=folder)
+    except OSError as exc:
+        raise InputError(
+            f"cannot write in {folder}: {exc.strerror or exc}", file=file, field=field
+        ) from None
+    os.close(fd)
+    os.unlink(probe)

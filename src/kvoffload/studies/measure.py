@@ -38,6 +38,7 @@ from kvoffload.spec.hardware import (
     build_system,
     load_system,
 )
+from kvoffload.spec.inputs import check_writable
 from kvoffload.spec.limits import MAX_NAME_BYTES
 from kvoffload.spec.text import NAME_CHARS, NOTE_CHARS
 from kvoffload.spec.units import format_bandwidth, format_bytes
@@ -605,12 +606,7 @@ def check_out(out: Path) -> Path:
     if not folder.is_dir():
         what = "does not exist" if not folder.exists() else "is not a directory"
         raise InputError(f"its folder {folder} {what}", **where)
-    try:  # the only sure test of writability (root ignores permission bits, a mount may be ro)
-        fd, probe = tempfile.mkstemp(prefix=".kvoffload-probe-", dir=folder)
-    except OSError as exc:
-        raise InputError(f"cannot write in {folder}: {exc.strerror or exc}", **where) from None
-    os.close(fd)
-    os.unlink(probe)
+    check_writable(folder, **where)
     return target
 
 
