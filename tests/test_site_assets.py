@@ -114,3 +114,43 @@ def test_a_page_loads_vega_only_with_a_chart_and_mathjax_only_with_math(ext):
     assert ext.uses_vega(chart) and not ext.uses_vega("<p>a table</p>")
     assert ext.has_math(inline) and ext.has_math(display)
     assert not ext.has_math('<section class="tex2jax_ignore mathjax_ignore"><p>text</p>')
+
+
+def test_a_formatted_bibliography_entry_is_reused_only_for_the_same_entry_and_style(ext):
+    from pybtex.database import Entry, Person
+    from pybtex.plugin import find_plugin
+
+    ext._remember_formatted_entries()
+    alpha = find_plugin("pybtex.style.formatting", "alpha")()
+    plain = find_plugin("pybtex.style.formatting", "plain")(abbreviate_names=True)
+
+    def entry(title: str, author: str = "Ada Lovelace") -> Entry:
+        e = Entry("misc", fields={"title": title, "year": "2024"}, persons={"author": [author]})
+        e.persons["author"] = [Person(author)]
+        e.key = "lovelace2024"
+        return e
+
+    def text(formatted) -> str:
+        return formatted.text.render_as("text")
+
+    class Env:
+        pass
+
+    app = type("App", (), {"env": Env()})()
+    ext._take_formatted_entries(app)  # a first build: nothing kept from before
+    first = alpha.format_entry("Lov24", entry("One"))
+    assert "One" in text(first) and first.label == "Lov24"
+    assert alpha.format_entry("Lov24", entry("One")) is first  # formatted once per build
+    ext._take_formatted_entries(app)  # the next build starts from the last one's entries
+    assert alpha.format_entry("Lov24", entry("One")) is first
+    # anything the formatting depends on gives a new one: a field, a person, the label, the style
+    assert "Two" in text(alpha.format_entry("Lov24", entry("Two")))
+    assert "Babbage" in text(alpha.format_entry("Lov24", entry("One", "Charles Babbage")))
+    assert alpha.format_entry("X", entry("One")).label == "X"
+    assert text(plain.format_entry("Lov24", entry("One"))).startswith("A. Lovelace")
+    assert text(first).startswith("Ada Lovelace")
+    # a build keeps only what it formatted or reused
+    ext._take_formatted_entries(app)
+    alpha.format_entry("Lov24", entry("Two"))
+    ext._take_formatted_entries(app)
+    assert len(ext._MEMO["previous"]) == 1

@@ -163,6 +163,73 @@ def _reindex_whole_documents() -> None:
     IndexBuilder.feed = refeed  # type: ignore[method-assign]
 
 
+_FORMATTED = "kvoffload_formatted_entries"  # the build environment's attribute (pickled with it)
+_MEMO: dict[str, dict] = {"previous": {}, "current": {}}
+
+
+def _entry_key(style: Any, label: str, entry: Any) -> tuple | None:
+    """Return everything a pybtex style's formatting of ``entry`` depends on (None: unknown)."""
+    people = tuple(
+        (
+            role,
+            tuple(
+                (
+                    tuple(p.first_names),
+                    tuple(p.middle_names),
+                    tuple(p.prelast_names),
+                    tuple(p.last_names),
+                    tuple(p.lineage_names),
+                )
+                for p in persons
+            ),
+        )
+        for role, persons in entry.persons.items()
+    )
+    fields = tuple(entry.fields.items())
+    if not all(isinstance(v, str) for _, v in fields):
+        return None
+    plugins = (style.name_style, style.label_style, style.sorting_style)
+    kinds = tuple(f"{type(x).__module__}.{type(x).__qualname__}" for x in (style, *plugins))
+    options = (style.abbreviate_names, style.min_crossrefs)
+    return (*kinds, *options, label, entry.key, entry.type, fields, people)
+
+
+def _remember_formatted_entries() -> None:
+    """Format a bibliography entry once, not again on every build.
+
+    sphinxcontrib-bibtex 2.7 formats every cited entry with pybtex (twice: the list and the
+    tooltip) whenever any page changed, a prose edit included: most of an incremental build's
+    time beyond Sphinx's own. A formatted entry depends only on the style and the entry's
+    fields and people, so it is kept under those in the build environment (pickled with it) and
+    reused; the entries formatted in one build are all the next one keeps.
+    """
+    from pybtex.style.formatting import BaseStyle
+
+    if getattr(BaseStyle.format_entry, "_kvoffload", False):
+        return
+    format_entry = BaseStyle.format_entry
+
+    def remembered(self: Any, label: str, entry: Any, bib_data: Any = None) -> Any:
+        key = None if bib_data is not None else _entry_key(self, label, entry)
+        if key is None:  # cross-references or rich fields: formatted as usual
+            return format_entry(self, label, entry, bib_data)
+        current = _MEMO["current"]
+        if key not in current:
+            found = _MEMO["previous"].get(key)
+            current[key] = found if found is not None else format_entry(self, label, entry)
+        return current[key]
+
+    remembered._kvoffload = True  # type: ignore[attr-defined]
+    BaseStyle.format_entry = remembered  # type: ignore[method-assign]
+
+
+def _take_formatted_entries(app: Any) -> None:
+    """Start a build with the last build's formatted entries and an empty set for this one."""
+    _MEMO["previous"] = getattr(app.env, _FORMATTED, None) or {}
+    _MEMO["current"] = {}
+    setattr(app.env, _FORMATTED, _MEMO["current"])
+
+
 class _Seen:
     """A search index format that keeps the last data it loaded."""
 
@@ -179,6 +246,8 @@ class _Seen:
 def setup(app):
     _escape_search_titles()
     _reindex_whole_documents()
+    _remember_formatted_entries()
+    app.connect("builder-inited", _take_formatted_entries)
     app.connect("html-page-context", _escape_theme_titles, priority=600)
     app.connect("config-inited", _add_fonts)
     app.connect("html-page-context", _drop_thebe, priority=900)

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from kvoffload.build.errors import BuildError
+from kvoffload.build.sphinx_run import WHEN_TOLD
 
 OFFSITE = re.compile(
     r"""<(?:script|link)\b[^>]*?(?:src|href)\s*=\s*["'](?:https?:)?//""", re.IGNORECASE
@@ -36,25 +37,66 @@ _SEARCH_TAGS = re.compile(
 _MYSTNB_CSS_QUERY = re.compile(r'(_static/mystnb\.[0-9a-f]+\.css)\?v=[0-9a-f]+"')
 
 
-def jupyter_book(
-    src: Path, staging: Path, *, config: Path | None = None, toc: Path | None = None
-) -> None:
-    """Run a strict Jupyter Book build of ``src`` into ``staging`` (slimmed); raise BuildError."""
-    cmd = [
-        str(Path(sys.executable).with_name("jupyter-book")),
-        "build",
-        str(src),
-        "--path-output",
-        str(staging),
-        "-W",
-        "-n",
-        "--keep-going",
-    ]
-    if config:
-        cmd += ["--config", str(config)]
-    if toc:
-        cmd += ["--toc", str(toc)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+class WarmSphinx:
+    """A Sphinx build process started early, used at most once (a context manager).
+
+    It imports Sphinx and the book's extensions (more than a second) while the caller still
+    prepares the pages, then builds when ``run`` tells it to. Left unused, or on an error or
+    an interrupt, it is killed when the ``with`` block ends.
+    """
+
+    def __init__(self, src: Path, staging: Path) -> None:
+        self.src, self.staging = src, staging
+        self.proc: subprocess.Popen[str] | None = None
+
+    def __enter__(self) -> WarmSphinx:
+        self.proc = subprocess.Popen(
+            [*_SPHINX_RUN, WHEN_TOLD, str(self.src), str(self.staging)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        return self
+
+    def run(self, src: Path, staging: Path) -> subprocess.CompletedProcess[str]:
+        """Tell the process to build ``src`` into ``staging`` (the paths it was started for)."""
+        proc, self.proc = self.proc, None
+        if proc is None or (src, staging) != (self.src, self.staging):
+            if proc is not None:
+                _kill(proc)
+            return _sphinx(src, staging)
+        out, err = proc.communicate("build\n")
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            _kill(self.proc)
+            self.proc = None
+
+
+_SPHINX_RUN = [sys.executable, "-m", "kvoffload.build.sphinx_run"]
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    proc.kill()
+    proc.communicate()
+
+
+def _sphinx(src: Path, staging: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*_SPHINX_RUN, str(src), str(staging)], capture_output=True, text=True, check=False
+    )
+
+
+def jupyter_book(src: Path, staging: Path, warm: WarmSphinx | None = None) -> None:
+    """Run a strict Jupyter Book build of ``src`` into ``staging`` (slimmed); raise BuildError.
+
+    Strict: a warning fails the build (``-W -n --keep-going``: every warning is reported). The
+    build runs in a new process, ``kvoffload.build.sphinx_run``, which configures Sphinx as
+    ``jupyter-book build`` does; ``warm`` is one started ahead for these paths.
+    """
+    proc = warm.run(src, staging) if warm is not None else _sphinx(src, staging)
     if proc.returncode != 0:
         log = (proc.stdout + proc.stderr).strip().splitlines()
         warnings = [ln for ln in log if "WARNING" in ln or "ERROR" in ln or "Error" in ln]
@@ -167,6 +209,7 @@ def build_and_swap(
     stamp: str | None = None,
     extra: Mapping[str, bytes] | None = None,
     structure: str | None = None,
+    warm: WarmSphinx | None = None,
 ) -> None:
     """Build ``src`` in ``staging``, refuse off-site assets, then swap the result in as ``target``.
 
@@ -174,14 +217,15 @@ def build_and_swap(
     between builds and Sphinx re-reads only the pages that changed; it starts clean when the
     structure changed or the last run did not finish. Without it every build starts clean.
     ``extra`` files (path under the site's root -> bytes, e.g. the calculator page) are written
-    into the new site before it is checked and swapped in.
+    into the new site before it is checked and swapped in. ``warm``: a Sphinx process started
+    ahead for ``src`` and ``staging``.
     """
     marker = staging / COMPLETE
     finished = marker.is_file() and marker.read_text(encoding="utf-8") == (structure or "")
     if structure is None or not finished:
         shutil.rmtree(staging, ignore_errors=True)
     marker.unlink(missing_ok=True)  # until this run finishes, the tree is not to be trusted
-    jupyter_book(src, staging)
+    jupyter_book(src, staging, warm)
     staging.mkdir(parents=True, exist_ok=True)
     marker.write_text(structure or "", encoding="utf-8")
     built = staging / "_build" / "html"

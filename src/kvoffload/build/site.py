@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvoffload.build.assets import vendor_assets
-from kvoffload.build.jupyterbook import build_and_swap
+from kvoffload.build.jupyterbook import WarmSphinx, build_and_swap
 from kvoffload.build.pages import prune, refuse_error_outputs, write_pages
 from kvoffload.build.profiles import ordered_profiles, plan, resolve_profile
 from kvoffload.build.runner import Outcome, chapters, package_memo, run_jobs
@@ -111,12 +111,23 @@ def build_book(
     One build per checkout at a time (a second one is refused); Ctrl-C, SIGTERM or SIGHUP stop
     it at once, kill its kernels and leave the last site and every finished run in place.
     """
-    with exclusive(root / LOCK, "kvoffload book"), stop_on_signals():
-        return _build(root, profile_ids, n_jobs=n_jobs, progress=progress)
+    # Sphinx's start (imports, over a second) overlaps the chapters and pages: unused on a
+    # build that changes nothing, it is killed
+    with (
+        exclusive(root / LOCK, "kvoffload book"),
+        stop_on_signals(),
+        WarmSphinx(root, root / STAGING) as warm,
+    ):
+        return _build(root, profile_ids, n_jobs=n_jobs, progress=progress, warm=warm)
 
 
 def _build(
-    root: Path, profile_ids: Sequence[str] | None, *, n_jobs: int | None, progress: bool
+    root: Path,
+    profile_ids: Sequence[str] | None,
+    *,
+    n_jobs: int | None,
+    progress: bool,
+    warm: WarmSphinx,
 ) -> BookResult:
     started = time.perf_counter()
     ids = ordered_profiles(profile_ids)
@@ -137,6 +148,12 @@ def _build(
     if stamp.is_file() and stamp.read_text() == digest:
         return BookResult(html, outcomes, False, time.perf_counter() - started)
     build_and_swap(
-        root, root / STAGING, html, stamp=digest, extra=calculator, structure=_structure(root)
+        root,
+        root / STAGING,
+        html,
+        stamp=digest,
+        extra=calculator,
+        structure=_structure(root),
+        warm=warm,
     )
     return BookResult(html, outcomes, True, time.perf_counter() - started)

@@ -1,0 +1,112 @@
+"""Run Jupyter Book's Sphinx build of a book directly: ``python -m kvoffload.build.sphinx_run``.
+
+``jupyter-book build SRC --path-output OUT -W -n --keep-going`` does three things: it parses its
+command line (click) and the table of contents, turns ``_config.yml`` into a Sphinx
+configuration (``jupyter_book.config.get_final_config``), and runs Sphinx with it. This module
+does the last two exactly as ``jupyter_book.sphinx.build_sphinx`` 1.0 does for the html builder,
+without the command-line layer, and leaves the process with ``os._exit`` once Sphinx has written
+everything: a rebuild of one page spends no time importing click or tearing down the
+interpreter's heap. The site it writes is the one ``jupyter-book build`` writes (a test builds
+both and compares them). Started with ``--when-told``, it imports Sphinx and the extensions
+while its caller is still preparing the pages, and builds when told to.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+USAGE = "usage: python -m kvoffload.build.sphinx_run [--when-told] SOURCE_DIR OUTPUT_DIR"
+
+
+def build(src: Path, out: Path) -> int:
+    """Build the book in ``src`` into ``out/_build/html``; return Sphinx's status (0: success)."""
+    from jupyter_book.config import get_final_config
+    from sphinx.application import Sphinx
+    from sphinx.util.docutils import docutils_namespace, patch_docutils
+
+    # what `jupyter-book build` hands build_sphinx for a book with -n (nitpicky)
+    overrides = {
+        "external_toc_path": (src / "_toc.yml").as_posix(),
+        "latex_individualpages": False,
+        "nitpicky": True,
+    }
+    config, _ = get_final_config(
+        user_yaml=src / "_config.yml",
+        cli_config=overrides,
+        sourcedir=src,
+        use_external_toc=True,
+    )
+    with patch_docutils(None), docutils_namespace():
+        app = Sphinx(
+            srcdir=src,
+            confdir=None,
+            outdir=out / "_build" / "html",
+            doctreedir=out / "_build" / ".doctrees",
+            buildername="html",
+            confoverrides=config,
+            status=None,
+            warning=sys.stderr,
+            freshenv=False,
+            warningiserror=True,
+            parallel=1,
+            keep_going=True,
+        )
+        app.build(False, [])
+        return app.statuscode
+
+
+WHEN_TOLD = "--when-told"  # import everything first, build only once "build" is read from stdin
+
+
+def preload(src: Path) -> None:
+    """Import Sphinx and every extension the book's configuration names (errors left for later)."""
+    import importlib
+
+    from jupyter_book.config import get_final_config
+
+    try:
+        config, _ = get_final_config(
+            user_yaml=src / "_config.yml",
+            cli_config={"latex_individualpages": False},
+            sourcedir=src,
+            use_external_toc=True,
+        )
+        for name in ["sphinx.application", "sphinx.builders.html", *config["extensions"]]:
+            importlib.import_module(name)
+    except Exception:  # the build itself reports whatever fails here
+        return
+
+
+def main(argv: list[str]) -> int:
+    """Build the book named by ``argv`` (source, output); print a failure to stderr.
+
+    With ``--when-told`` first, import Sphinx and the book's extensions, then wait: build when
+    stdin gives the line ``build``, leave without building on anything else (or its end).
+    """
+    told = argv[:1] == [WHEN_TOLD]
+    argv = argv[1:] if told else argv
+    if len(argv) != 2:
+        print(USAGE, file=sys.stderr)
+        return 2
+    src, out = Path(argv[0]).absolute(), Path(argv[1]).absolute()
+    try:
+        if told:
+            preload(src)
+            if sys.stdin.readline().strip() != "build":
+                return 0
+        return build(src, out)
+    except Exception as exc:  # Sphinx's own errors: the caller shows the last lines of stderr
+        import traceback
+
+        traceback.print_exc()
+        print(f"Error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    code = main(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # every file Sphinx wrote is closed; skip tearing down a large heap
