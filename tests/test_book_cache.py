@@ -191,3 +191,23 @@ def test_a_warm_kernel_gives_the_outputs_a_fresh_one_gives(tmp_path):
     assert json.dumps(outputs[0]).replace('\\"w\\"', "P") == json.dumps(outputs[1]).replace(
         '\\"c\\"', "P"
     )
+
+
+def test_only_the_newest_page_memos_are_kept_and_the_one_used_is_among_them(tmp_path):
+    import os
+
+    from kvoffload.build.pages import PAGE_MEMOS, keep_newest
+
+    memos = [tmp_path / f"pages-{i:02d}.json" for i in range(PAGE_MEMOS + 4)]
+    for i, path in enumerate(memos):
+        path.write_text("{}")
+        os.utime(path, ns=(10**18 + i * 10**9, 10**18 + i * 10**9))  # memo i used at second i
+    other = tmp_path / "calculator.json"  # another memo: never pruned here
+    other.write_text("{}")
+    os.utime(other, ns=(0, 0))
+    keep_newest(tmp_path, "pages-*.json", memos[0], PAGE_MEMOS)  # the oldest, used again
+    left = sorted(p.name for p in tmp_path.glob("pages-*.json"))
+    assert len(left) == PAGE_MEMOS and memos[0].name in left
+    # the rest are the newest ones
+    assert left[1:] == [p.name for p in memos[-(PAGE_MEMOS - 1) :]]
+    assert other.exists()

@@ -9,8 +9,10 @@ labels of a chapter rendered once per profile are made unique to the profile.
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import json
+import os
 import re
 import shutil
 from collections.abc import Sequence
@@ -427,7 +429,11 @@ def write_pages(
     seen = hashlib.sha256(Path(__file__).read_bytes())
     seen.update(json.dumps([list(profile_ids), [[c.name, c.title] for c in chosen]]).encode())
     name = "pages-" + seen.hexdigest()[:16]
-    files = package_memo(derived, name, markdown) if derived is not None else markdown()
+    if derived is not None:
+        files = package_memo(derived, name, markdown)
+        keep_newest(derived, "pages-*.json", derived / f"{name}.json", PAGE_MEMOS)
+    else:
+        files = markdown()
     for rel, body in files.items():
         write_if_changed(generated / rel, body.decode("utf-8"))
     memo = _PageMemo(generated, systems)
@@ -448,6 +454,21 @@ def write_pages(
     memo.save()
     bib = (root / "book" / "references.bib").read_text(encoding="utf-8")
     write_if_changed(generated / "catalog.bib", catalog_bib(bib))
+
+
+PAGE_MEMOS = 8  # the page memos kept: one per set of profiles and chapters built lately
+
+
+def keep_newest(folder: Path, pattern: str, used: Path, n: int) -> None:
+    """Mark ``used`` as just used, then delete all but the ``n`` newest files matching ``pattern``."""
+    with contextlib.suppress(OSError):
+        os.utime(used)
+    found = []
+    for path in folder.glob(pattern):
+        with contextlib.suppress(OSError):
+            found.append((path.stat().st_mtime_ns, path.name, path))
+    for *_, path in sorted(found, reverse=True)[n:]:
+        path.unlink(missing_ok=True)
 
 
 def refuse_error_outputs(generated: Path) -> None:

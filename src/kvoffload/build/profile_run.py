@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvoffload.build.assets import catalog_bib, vendor_assets
-from kvoffload.build.jupyterbook import build_and_swap
+from kvoffload.build.jupyterbook import WarmSphinx, build_and_swap
 from kvoffload.build.pages import prepare_page
-from kvoffload.build.profiles import resolve_profile
+from kvoffload.build.profiles import Profile, resolve_profile
 from kvoffload.build.runner import (
+    Chapter,
     Job,
     Outcome,
     chapters,
@@ -56,6 +57,23 @@ def run_for_profile(
         model = str(Path(model).resolve()) if Path(model).exists() else model
     out = (out or Path("kvoffload-run") / profile.id).resolve()
     claim_folder(out)
+    src, staging = out / ".site-src", out / ".site-build"
+    with WarmSphinx(src, staging) as warm:  # Sphinx's imports overlap the chapters' runs
+        outcomes = _run(root, profile, chosen, model, out, n_jobs, progress)
+        build_and_swap(src, staging, out / "html", extra={MARKER: _MARKER_TEXT.encode()}, warm=warm)
+    return RunResult([out / f"{c.name}.ipynb" for c in chosen], out / "html", outcomes)
+
+
+def _run(
+    root: Path,
+    profile: Profile,
+    chosen: list[Chapter],
+    model: str | None,
+    out: Path,
+    n_jobs: int | None,
+    progress: bool,
+) -> list[Outcome]:
+    """Execute the chosen chapters into ``out`` and write the pages' book in ``out/.site-src``."""
     params = {"model": model} if model is not None else {}
     jobs = []
     for chapter in chosen:
@@ -66,7 +84,7 @@ def run_for_profile(
         check_parameters(chapter, values)
         jobs.append(Job(chapter, profile.id, values, out / f"{chapter.name}.ipynb", profile.files))
     outcomes = run_jobs(jobs, n_jobs=n_jobs, progress=progress)
-    src = out / ".site-src"
+    src = out / ".site-src"  # the pages' book; the caller's warm Sphinx builds it
     shutil.rmtree(src, ignore_errors=True)
     (src / "book" / "generated").mkdir(parents=True)
     for job in jobs:
@@ -94,10 +112,7 @@ def run_for_profile(
     (src / "index.md").write_text("\n".join(index) + "\n", encoding="utf-8")
     toc = ["format: jb-book", "root: index", "chapters:", *[f"  - file: {c.name}" for c in chosen]]
     (src / "_toc.yml").write_text("\n".join(toc) + "\n", encoding="utf-8")
-    build_and_swap(
-        src, out / ".site-build", out / "html", extra={MARKER: _MARKER_TEXT.encode("utf-8")}
-    )
-    return RunResult([j.out for j in jobs], out / "html", outcomes)
+    return outcomes
 
 
 def _owned(folder: Path) -> bool:

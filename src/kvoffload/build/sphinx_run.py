@@ -61,14 +61,19 @@ WHEN_TOLD = "--when-told"  # import everything first, build only once "build" is
 
 
 def preload(src: Path) -> None:
-    """Import Sphinx and every extension the book's configuration names (errors left for later)."""
+    """Import Sphinx and every extension the book's configuration names (errors left for later).
+
+    Without a ``_config.yml`` yet (its caller may still be writing the book), the extensions
+    every Jupyter Book build loads.
+    """
     import importlib
 
     from jupyter_book.config import get_final_config
 
+    user = src / "_config.yml"
     try:
         config, _ = get_final_config(
-            user_yaml=src / "_config.yml",
+            user_yaml=user if user.is_file() else None,
             cli_config={"latex_individualpages": False},
             sourcedir=src,
             use_external_toc=True,
