@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -113,16 +114,17 @@ def test_tpot_non_decreasing_in_batch(setup, context, batches):
 @given(setups, st.integers(1, 1_000_000), st.integers(1, 256), st.floats(1.01, 10))
 def test_tpot_non_increasing_in_link_bandwidth(setup, context, batch, factor):
     s = setup.system
-    faster_link = s.link.model_copy(
-        update={
+    faster_link = msgspec.structs.replace(
+        s.link,
+        **{
             k: getattr(s.link, k).__class__(
                 **{**vars(getattr(s.link, k)), "value": getattr(s.link, k).value * factor}
             )
             for k in ("h2d_bandwidth", "d2h_bandwidth", "raw_bandwidth")
-        }
+        },
     )
     faster = decode.Setup(
-        s.model_copy(update={"link": faster_link}),
+        msgspec.structs.replace(s, link=faster_link),
         setup.model,
         setup.weights,
         setup.kv,

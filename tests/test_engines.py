@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import msgspec
 import pytest
 
 from kvoffload.engines import flexgen, infllm
@@ -222,10 +223,10 @@ def test_flexgen_attention_reads_the_cache_at_the_profiles_attention_rate():
     slow, sc = _flexgen_step(opts, 64)
     gpu = sc.system.gpu
     assert gpu.attention_rate < gpu.streaming_bandwidth  # the T4 testbed carries FlexGen's fit
-    fast_gpu = gpu.model_copy(update={"attention_bandwidth": None})
+    fast_gpu = msgspec.structs.replace(gpu, attention_bandwidth=None)
     from dataclasses import replace
 
-    fast_sc = replace(sc, system=sc.system.model_copy(update={"gpu": fast_gpu}))
+    fast_sc = replace(sc, system=msgspec.structs.replace(sc.system, gpu=fast_gpu))
     fast = float(flexgen.cost(fast_sc, flexgen.given_policy(fast_sc), sc.options).step[0])
     assert slow > fast
 
@@ -238,7 +239,7 @@ def test_flexgen_overlap_serialises_the_host_to_gpu_load():
     h2d, gpu = float(c.streams["h2d"][0]), float(c.streams["gpu"][0])
     assert float(c.step[0]) == pytest.approx(h2d + gpu, rel=1e-9)
     serial = flexgen.cost(
-        sc, flexgen.given_policy(sc), sc.options.model_copy(update={"overlap": False})
+        sc, flexgen.given_policy(sc), msgspec.structs.replace(sc.options, overlap=False)
     )
     assert float(c.step[0]) <= float(serial.step[0])
 
@@ -250,8 +251,8 @@ def test_flexgen_compressed_cache_in_host_memory_moves_at_the_pageable_rate():
     sc = scenario("flexgen", opts, hardware="t4-pcie3", model="opt-6.7b", weights="fp16", batch=8)
     link = sc.system.link
     assert link.pageable_bandwidth.value < link.h2d_bandwidth.value
-    fast_link = link.model_copy(update={"pageable_bandwidth": link.h2d_bandwidth})
-    fast = replace(sc, system=sc.system.model_copy(update={"link": fast_link}))
+    fast_link = msgspec.structs.replace(link, pageable_bandwidth=link.h2d_bandwidth)
+    fast = replace(sc, system=msgspec.structs.replace(sc.system, link=fast_link))
     slow_tps = predict(sc, check=False).to_json()["throughput_tokens_per_s"]
     fast_tps = predict(fast, check=False).to_json()["throughput_tokens_per_s"]
     assert fast_tps > slow_tps * 1.05  # the cache copy is what the pageable rate slows

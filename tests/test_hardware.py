@@ -79,7 +79,7 @@ def _all_figures():
     for kind in catalog.PART_KINDS:
         for ident in catalog.parts(kind):
             part = build_part(kind, ident)
-            for name in type(part).model_fields:
+            for name in type(part).__struct_fields__:
                 fig = getattr(part, name)
                 if hasattr(fig, "kind"):
                     yield ident, f"{kind}.{name}", fig

@@ -12,7 +12,7 @@ import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 
-import pydantic
+import msgspec
 import pytest
 import yaml
 
@@ -23,9 +23,11 @@ from kvoffload.spec.text import (
     NOTE_CHARS,
     PlainName,
     PlainText,
+    Strict,
     markdown_text,
     plain_text,
     text_problem,
+    validate,
 )
 
 # -- one line of plain text ---------------------------------------------------------------------
@@ -78,15 +80,19 @@ def test_plain_text_bounds_the_length():
         plain_text(5, field="name")
 
 
-def test_pydantic_types_refuse_what_plain_text_refuses():
-    class Part(pydantic.BaseModel):
+def test_schema_types_refuse_what_plain_text_refuses():
+    class Part(Strict):
         name: PlainName
         note: PlainText = ""
 
     assert Part(name="ok", note="").name == "ok"
     for bad in [{"name": ""}, {"name": "a\nb"}, {"name": "x" * 121}, {"name": "a", "note": "\t"}]:
-        with pytest.raises(pydantic.ValidationError):
+        with pytest.raises(ValueError):
             Part(**bad)
+        with pytest.raises(msgspec.ValidationError):
+            msgspec.convert(bad, Part)
+        with pytest.raises(InputError):
+            validate(bad, Part)
 
 
 # -- MyST Markdown escaping ---------------------------------------------------------------------

@@ -15,7 +15,7 @@ from kvoffload.spec.errors import InputError, one_line
 from kvoffload.spec.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, bound_problem
 
 # Each command imports what it uses when it runs: `kvoffload kv` on a core install (numpy,
-# pyyaml, pydantic) must not reach the book's optional dependencies.
+# pyyaml, msgspec) must not reach the book's optional dependencies.
 
 
 class _Parser(argparse.ArgumentParser):

@@ -21,17 +21,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import cache
+from typing import Annotated
 
+import msgspec
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from msgspec import UNSET, Meta, UnsetType
 
 from kvoffload.model import capacity, decode, kv, working_memory
 from kvoffload.model.prediction import Prediction, Resolved, Scenario
 from kvoffload.spec import catalog
-from kvoffload.spec.errors import InputError
+from kvoffload.spec.errors import FieldError, InputError
 from kvoffload.spec.limits import MAX_BATCH
 from kvoffload.spec.models import Model
 from kvoffload.spec.precision import WeightFormat
+from kvoffload.spec.text import Strict
 from kvoffload.spec.units import format_bytes, format_number
 
 COMPRESSED = (4 + 2 * 16 / 64) / 16  # 4-bit values plus an fp16 scale and minimum per group of 64
@@ -45,30 +48,35 @@ COMPRESSED = (4 + 2 * 16 / 64) / 16  # 4-bit values plus an fp16 scale and minim
 DEQUANT_TRAFFIC = float(catalog.load("engine_constants")["flexgen"]["dequant_traffic"]["value"])
 
 
-class Options(BaseModel):
+class Options(Strict):
     """FlexGen's policy; leave out ``percent`` to let the search choose it."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
     percent: tuple[float, float, float, float, float, float] | None = None  # wG wC cG cC aG aC, %
-    gpu_batch_size: int | None = Field(None, ge=1, le=MAX_BATCH, strict=True)
-    num_gpu_batches: int | None = Field(None, ge=1, le=10_000, strict=True)
-    cpu_attention: bool = Field(False, strict=True)
-    compress_weight: bool = Field(False, strict=True)
-    compress_cache: bool = Field(False, strict=True)
-    overlap: bool = Field(True, strict=True)
-    pin_weight: bool = Field(True, strict=True)
+    gpu_batch_size: Annotated[int, Meta(ge=1, le=MAX_BATCH)] | None = None
+    num_gpu_batches: Annotated[int, Meta(ge=1, le=10_000)] | None = None
+    cpu_attention: bool = False
+    compress_weight: bool = False
+    compress_cache: bool = False
+    overlap: bool = True
+    # --pin-weight as the file gives it (UNSET: not given; see ``pin_weight``)
+    pin_weight_given: bool | UnsetType = msgspec.field(default=UNSET, name="pin_weight")
 
-    @field_validator("percent")
-    @classmethod
-    def _shares(cls, v: tuple | None) -> tuple | None:
+    def __post_init__(self) -> None:
+        """Check that the shares of each of weights, cache and activations fit in 100%."""
+        super().__post_init__()
+        v = self.percent
         if v is None:
-            return v
+            return
         if any(not 0 <= x <= 100 for x in v):
-            raise ValueError("each percentage must be from 0 to 100")
+            raise FieldError("percent", "each percentage must be from 0 to 100")
         for name, (a, b) in (("weights", v[0:2]), ("cache", v[2:4]), ("activations", v[4:6])):
             if a + b > 100:
-                raise ValueError(f"{name}: GPU and CPU shares add up to more than 100%")
-        return v
+                raise FieldError("percent", f"{name}: GPU and CPU shares add up to more than 100%")
+
+    @property
+    def pin_weight(self) -> bool:
+        """Return the ``pin_weight`` option: True unless the file says false."""
+        return self.pin_weight_given is not False
 
 
 @dataclass(frozen=True)
@@ -112,7 +120,7 @@ class Costs:
 def pin_weight(sc: Scenario) -> bool:
     """Return FlexGen's --pin-weight: the option where given, else the scenario's pinned: (True)."""
     o = sc.options
-    return o.pin_weight if "pin_weight" in o.model_fields_set else sc.pinned_or(True)
+    return sc.pinned_or(True) if o.pin_weight_given is UNSET else o.pin_weight_given
 
 
 def cost(sc: Scenario, pol: Policies, o: Options) -> Costs:

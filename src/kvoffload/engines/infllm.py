@@ -13,29 +13,30 @@ one model over several GPUs. A profile with ``gpu.count`` above 1 is refused.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Annotated
 
+import msgspec
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from msgspec import Meta
 
 from kvoffload.model import decode, kv
 from kvoffload.model.prediction import Prediction, Scenario, predict_setup
 from kvoffload.spec.errors import InputError
 from kvoffload.spec.limits import MAX_CONTEXT_TOKENS
+from kvoffload.spec.text import Strict
 
 
-class Options(BaseModel):
+class Options(Strict):
     """InfLLM's memory settings."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    block_size: int = Field(128, ge=1, le=65536, strict=True)
-    n_init: int = Field(128, ge=0, le=MAX_CONTEXT_TOKENS, strict=True)
-    n_local: int = Field(4096, ge=1, le=MAX_CONTEXT_TOKENS, strict=True)
-    topk: int = Field(16, ge=1, le=10**5, strict=True)
-    repr_tokens: int = Field(4, ge=1, le=1024, strict=True)
-    cached_blocks: int = Field(32, ge=0, le=10**6, strict=True)
-    hit_rate: float = Field(
-        0.5, ge=0.0, le=1.0
-    )  # share of selected blocks already in the GPU cache (assumed)
+    block_size: Annotated[int, Meta(ge=1, le=65536)] = 128
+    n_init: Annotated[int, Meta(ge=0, le=MAX_CONTEXT_TOKENS)] = 128
+    n_local: Annotated[int, Meta(ge=1, le=MAX_CONTEXT_TOKENS)] = 4096
+    topk: Annotated[int, Meta(ge=1, le=10**5)] = 16
+    repr_tokens: Annotated[int, Meta(ge=1, le=1024)] = 4
+    cached_blocks: Annotated[int, Meta(ge=0, le=10**6)] = 32
+    # share of selected blocks already in the GPU cache (assumed)
+    hit_rate: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.5
 
 
 def moved_tokens(o: Options, context: int) -> int:
@@ -82,6 +83,7 @@ def predict(sc: Scenario) -> Prediction:
         scenario=sc,
         memory=mem,
         by_overlap_s={},
-        settings=o.model_dump() | {"attended_tokens": attended, "moved_tokens_per_layer": moved},
+        settings=msgspec.structs.asdict(o)
+        | {"attended_tokens": attended, "moved_tokens_per_layer": moved},
         policy=f"attends over {attended:,} tokens, moves {moved:,} tokens per layer and step ({o.topk} blocks of {o.block_size}, {o.hit_rate:.0%} cache hits)",
     )

@@ -35,16 +35,19 @@ import itertools
 import re
 from collections.abc import Callable
 from functools import cache
-from typing import Any
+from typing import Annotated, Any
 
+import msgspec
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from msgspec import Meta
 
 from kvoffload.model import cpu_rate, decode, kv, routing, tensor_groups, transfer
 from kvoffload.model.prediction import Prediction, Resolved, Scenario
 from kvoffload.model.tensor_groups import TensorTable
 from kvoffload.spec import catalog
+from kvoffload.spec.errors import FieldError
 from kvoffload.spec.limits import MAX_LAYERS
+from kvoffload.spec.text import Strict
 from kvoffload.spec.units import format_bytes
 
 
@@ -64,30 +67,41 @@ def split_sync_s_default() -> float:
     return float(constants()["split_sync_us"]["value"]) * 1e-6
 
 
-class Options(BaseModel):
+Layers = Annotated[int, Meta(ge=0, le=MAX_LAYERS + 1)]  # -ngl counts the output layer too
+MAX_OVERRIDES = 1000
+
+
+class Options(Strict):
     """llama.cpp's options that decide placement."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    # -ngl counts the output layer too: at most every layer and the head
-    n_gpu_layers: int | None = Field(None, ge=0, le=MAX_LAYERS + 1, strict=True)  # default: all
-    no_kv_offload: bool = Field(False, strict=True)
-    n_cpu_moe: int = Field(0, ge=0, le=MAX_LAYERS + 1, strict=True)  # --n-cpu-moe N
-    cpu_moe: bool = Field(False, strict=True)  # --cpu-moe
-    override_tensor: tuple[str, ...] = ()  # -ot, each "REGEX=CPU" or "REGEX=CUDA0" (or =cpu/=gpu)
-    threads: int | None = Field(None, ge=1, le=4096, strict=True)  # -t; default: host.threads
-    gpu_share: float | None = Field(None, gt=0, le=1)  # default: catalog/engine_constants.yaml
-    split_sync_us: float | None = Field(None, ge=0, le=100_000)  # default: from PR #7526
+    n_gpu_layers: Layers | None = None  # default: all, the head included
+    no_kv_offload: bool = False
+    n_cpu_moe: Layers = 0  # --n-cpu-moe N
+    cpu_moe: bool = False  # --cpu-moe
+    # -ot, each "REGEX=CPU" or "REGEX=CUDA0" (or =cpu/=gpu); a string is split at its commas, as
+    # -ot splits it, so once validated this is always a tuple
+    override_tensor: tuple[str, ...] | str = ()
+    threads: Annotated[int, Meta(ge=1, le=4096)] | None = None  # -t; default: host.threads
+    # default: catalog/engine_constants.yaml
+    gpu_share: Annotated[float, Meta(gt=0, le=1)] | None = None
+    split_sync_us: Annotated[float, Meta(ge=0, le=100_000)] | None = None  # default: PR #7526
 
-    @field_validator("override_tensor", mode="before")
-    @classmethod
-    def _rules(cls, v: Any) -> Any:
-        if isinstance(v, str):  # -ot takes a comma-separated list
-            v = [x for x in v.split(",") if x.strip()]
-        if not isinstance(v, list | tuple) or len(v) > 1000:
-            raise ValueError("must be a list of 'REGEX=CPU' or 'REGEX=CUDA0' entries")
-        for entry in v:
-            _parse_rule(entry)
-        return tuple(v)
+    def __post_init__(self) -> None:
+        """Split a comma-separated ``override_tensor`` and check each of its rules."""
+        super().__post_init__()
+        rules = self.override_tensor
+        if isinstance(rules, str):
+            rules = tuple(x for x in rules.split(",") if x.strip())
+            msgspec.structs.force_setattr(self, "override_tensor", rules)
+        if len(rules) > MAX_OVERRIDES:
+            raise FieldError(
+                "override_tensor", "must be a list of 'REGEX=CPU' or 'REGEX=CUDA0' entries"
+            )
+        for entry in rules:
+            try:
+                _parse_rule(entry)
+            except ValueError as exc:
+                raise FieldError("override_tensor", str(exc)) from None
 
 
 _DEVICES = {"cpu": "cpu", "gpu": "gpu"}

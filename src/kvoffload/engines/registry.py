@@ -5,11 +5,10 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
-
 from kvoffload.engines import flexgen, infllm, llamacpp, streaming, vllm
 from kvoffload.model.prediction import Prediction, Scenario
 from kvoffload.spec.errors import InputError
+from kvoffload.spec.text import Strict, validate
 
 
 def _modules() -> dict[str, ModuleType]:
@@ -23,7 +22,7 @@ def _modules() -> dict[str, ModuleType]:
     }
 
 
-def options_model(engine: str) -> type[BaseModel] | None:
+def options_model(engine: str) -> type[Strict] | None:
     """Return the options schema of an engine (None for generic, which takes none)."""
     if engine == "generic":
         return None
@@ -38,14 +37,11 @@ def validate_options(engine: str, raw: dict) -> Any:
         if raw:
             raise InputError(f"engine {engine!r} takes no options")
         return None
-    try:
-        return schema.model_validate(raw or {})
-    except ValidationError as exc:
-        err = next((e for e in exc.errors() if e["type"] == "extra_forbidden"), exc.errors()[0])
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = f"unknown option for {engine}; options: {', '.join(schema.model_fields)}"
-        raise InputError(msg, field=".".join(str(p) for p in err["loc"])) from None
+    return validate(
+        raw or {},
+        schema,
+        unknown=lambda _key, known: f"unknown option for {engine}; options: {', '.join(known)}",
+    )
 
 
 def run_engine(sc: Scenario) -> Prediction:

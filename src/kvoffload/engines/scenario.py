@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+import msgspec
+from msgspec import Meta
 
 from kvoffload.engines.registry import run_engine, validate_options
 from kvoffload.model import decode
 from kvoffload.model.prediction import Prediction, Scenario, check_fits, predict_setup
 from kvoffload.model.routing import Routing
 from kvoffload.model.tensor_groups import GROUPS
-from kvoffload.spec.errors import InputError
+from kvoffload.spec.errors import FieldError, InputError
 from kvoffload.spec.hardware import load_system
-from kvoffload.spec.inputs import is_finite_number, load_mapping, stat_mode
+from kvoffload.spec.inputs import load_mapping, stat_mode
 from kvoffload.spec.limits import (
     MAX_BATCH,
     MAX_CONTEXT_TOKENS,
@@ -24,9 +25,9 @@ from kvoffload.spec.limits import (
 )
 from kvoffload.spec.models import load_model
 from kvoffload.spec.precision import KvFormat, WeightFormat, kv_format, weight_format
+from kvoffload.spec.text import Strict, validate
 
 ENGINES = ("generic", "llamacpp", "vllm", "flexgen", "zero-inference", "hf-accelerate", "infllm")
-_STRICT = ConfigDict(extra="forbid", frozen=True)
 # Engine options that say whether the host buffers copied from are page-locked; the scenario's
 # `pinned:` sets the same thing for every engine, so the two may not disagree.
 PIN_OPTIONS = {"zero-inference": "pinned", "hf-accelerate": "pinned", "flexgen": "pin_weight"}
@@ -93,76 +94,57 @@ ROUTING_IGNORED: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
-def _bounded(value: int, maximum: int, what: str) -> int:
-    """Return ``value``; a ValueError naming the bound when it exceeds ``maximum``."""
+def _bounded(name: str, value: int, maximum: int, what: str) -> None:
+    """Raise a FieldError naming the bound when ``value`` exceeds ``maximum``."""
     problem = bound_problem(value, maximum, what)
     if problem:
-        raise ValueError(problem)
-    return value
+        raise FieldError(name, problem)
 
 
-class SplitIn(BaseModel):
+Share = Annotated[float, Meta(ge=0.0, le=1.0)]
+Positive = Annotated[int, Meta(ge=1)]
+
+
+class SplitIn(Strict):
     """Shares per tier; they must add up to 1."""
 
-    model_config = _STRICT
-    gpu: float = Field(0.0, ge=0.0, le=1.0)
-    cpu: float = Field(0.0, ge=0.0, le=1.0)
-    disk: float = Field(0.0, ge=0.0, le=1.0)
+    gpu: Share = 0.0
+    cpu: Share = 0.0
+    disk: Share = 0.0
 
-    @field_validator("gpu", "cpu", "disk", mode="before")
-    @classmethod
-    def _number(cls, v: Any) -> Any:
-        if not is_finite_number(v):
-            raise ValueError(f"must be a number from 0 to 1, got {v!r}")
-        return v
-
-    @model_validator(mode="after")
-    def _sums_to_one(self) -> SplitIn:
+    def __post_init__(self) -> None:
+        """Check that the shares add up to 1."""
+        super().__post_init__()
         total = self.gpu + self.cpu + self.disk
         if abs(total - 1.0) > 1e-6:
             raise ValueError(f"shares add up to {total:g}; they must add up to 1")
-        return self
 
 
-class PrecisionIn(BaseModel):
+class PrecisionIn(Strict):
     """Weight and KV formats."""
 
-    model_config = _STRICT
     weights: str = "bf16"
     kv: str = "bf16"
 
 
-class WorkloadIn(BaseModel):
+class WorkloadIn(Strict, kw_only=True):
     """Batch, prompt length and tokens generated."""
 
-    model_config = _STRICT
-    batch: int = Field(1, ge=1, strict=True)
-    prompt: int = Field(ge=1, strict=True)
-    generate: int = Field(1, ge=1, strict=True)
+    batch: Positive = 1
+    prompt: Positive
+    generate: Positive = 1
 
-    @field_validator("batch")
-    @classmethod
-    def _batch_bound(cls, v: int) -> int:
-        return _bounded(v, MAX_BATCH, "requests in a batch")
-
-    @field_validator("prompt")
-    @classmethod
-    def _prompt_bound(cls, v: int) -> int:
-        return _bounded(v, MAX_CONTEXT_TOKENS, "tokens of context")
-
-    @field_validator("generate")
-    @classmethod
-    def _generate_bound(cls, v: int) -> int:
-        return _bounded(v, MAX_GENERATE_TOKENS, "generated tokens")
-
-    @model_validator(mode="after")
-    def _context_bound(self) -> WorkloadIn:
+    def __post_init__(self) -> None:
+        """Check each number, then the context, against its plausible maximum."""
+        super().__post_init__()
+        _bounded("batch", self.batch, MAX_BATCH, "requests in a batch")
+        _bounded("prompt", self.prompt, MAX_CONTEXT_TOKENS, "tokens of context")
+        _bounded("generate", self.generate, MAX_GENERATE_TOKENS, "generated tokens")
         problem = bound_problem(
             self.prompt + self.generate, MAX_CONTEXT_TOKENS, "tokens of context"
         )
         if problem:
             raise ValueError(f"prompt + generate: {problem}")
-        return self
 
 
 class GroupIn(SplitIn):
@@ -171,68 +153,62 @@ class GroupIn(SplitIn):
     compute: Literal["gpu", "cpu"] = "gpu"
 
 
-class PlacementIn(BaseModel):
-    """Where weights and KV live: the weights as one split, or split by tensor group."""
+class PlacementIn(Strict):
+    """Where weights and KV live; ``weights`` as written, read by :func:`weight_placement`."""
 
-    model_config = _STRICT
-    weights: SplitIn | dict[str, GroupIn] = SplitIn(gpu=1.0)
-    kv: SplitIn = SplitIn(gpu=1.0)
-
-    @field_validator("weights", mode="before")
-    @classmethod
-    def _tiers_or_groups(cls, v: Any) -> Any:
-        if not isinstance(v, dict):
-            raise ValueError("must be a mapping of tiers (gpu, cpu, disk) or of tensor groups")
-        keys = set(v)
-        if keys <= {"gpu", "cpu", "disk"}:
-            return SplitIn.model_validate(v)
-        unknown = sorted(str(k) for k in keys - set(GROUPS))
-        if unknown:
-            raise ValueError(
-                f"{', '.join(unknown)}: not a tier (gpu, cpu, disk) or a tensor group "
-                f"({', '.join(GROUPS)})"
-            )
-        out = {}
-        for group, split in v.items():
-            try:
-                out[group] = GroupIn.model_validate(split)
-            except ValidationError as exc:
-                err = exc.errors()[0]
-                where = ".".join(str(x) for x in err["loc"])
-                msg = err["msg"].removeprefix("Value error, ")
-                raise ValueError(f"{group}{'.' + where if where else ''}: {msg}") from None
-        return out
+    weights: Any = msgspec.field(default_factory=lambda: {"gpu": 1.0})
+    kv: SplitIn = msgspec.field(default_factory=lambda: SplitIn(gpu=1.0))
 
 
-class RoutingIn(BaseModel):
+def weight_placement(raw: Any) -> SplitIn | dict[str, GroupIn]:
+    """Return ``placement.weights`` as one split over the tiers, or a split per tensor group."""
+    if not isinstance(raw, dict):
+        raise InputError("must be a mapping of tiers (gpu, cpu, disk) or of tensor groups")
+    if set(raw) <= {"gpu", "cpu", "disk"}:
+        return validate(raw, SplitIn)
+    unknown = sorted(str(k) for k in set(raw) - set(GROUPS))
+    if unknown:
+        raise InputError(
+            f"{', '.join(unknown)}: not a tier (gpu, cpu, disk) or a tensor group "
+            f"({', '.join(GROUPS)})"
+        )
+    out = {}
+    for group, split in raw.items():
+        try:
+            out[group] = validate(split, GroupIn)
+        except InputError as exc:
+            raise exc.within(field=group) from None
+    return out
+
+
+class RoutingIn(Strict):
     """How a MoE model routes, where measured (see model/routing.py)."""
 
-    model_config = _STRICT
-    effective_experts: int | None = Field(None, ge=1, strict=True)
+    effective_experts: Positive | None = None
     stream: Literal["all", "routed"] = "all"
-    gpu_hit_rate: float = Field(0.0, ge=0.0, le=1.0)
+    gpu_hit_rate: Share = 0.0
 
-    @field_validator("effective_experts")
-    @classmethod
-    def _experts_bound(cls, v: int | None) -> int | None:
-        return None if v is None else _bounded(v, MAX_EXPERTS, "routed experts")
+    def __post_init__(self) -> None:
+        """Check the routed experts against their plausible maximum."""
+        super().__post_init__()
+        if self.effective_experts is not None:
+            _bounded("effective_experts", self.effective_experts, MAX_EXPERTS, "routed experts")
 
 
-class ScenarioIn(BaseModel):
+class ScenarioIn(Strict, kw_only=True):
     """A scenario file as written."""
 
-    model_config = _STRICT
     hardware: str | dict
     model: str
     engine: str = "generic"
-    precision: PrecisionIn = PrecisionIn()
+    precision: PrecisionIn = msgspec.field(default_factory=PrecisionIn)
     workload: WorkloadIn
-    placement: PlacementIn = PlacementIn()
+    placement: PlacementIn = msgspec.field(default_factory=PlacementIn)
     attention: Literal["gpu", "cpu"] = "gpu"
     overlap: Literal["none", "perfect", "pipeline", "flexgen"] = "none"
-    pinned: bool = Field(True, strict=True)
-    routing: RoutingIn = RoutingIn()
-    options: dict = {}
+    pinned: bool = True
+    routing: RoutingIn = msgspec.field(default_factory=RoutingIn)
+    options: dict = msgspec.field(default_factory=dict)
 
 
 def _resolve(ref: str, base: Path) -> str:
@@ -268,15 +244,13 @@ def _refuse_ignored(engine: str, raw: dict, name: str) -> None:
 def parse_scenario(raw: dict, *, base: Path = Path("."), name: str = "scenario") -> Scenario:
     """Validate a scenario mapping; relative paths are taken from ``base``."""
     try:
-        s = ScenarioIn.model_validate(raw)
-    except ValidationError as exc:
-        err = next((e for e in exc.errors() if e["type"] == "extra_forbidden"), exc.errors()[0])
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "missing":
-            msg = "required field is missing"
-        elif err["type"] == "extra_forbidden":
-            msg = "unknown field"
-        raise InputError(msg, file=name, field=".".join(str(p) for p in err["loc"])) from None
+        s = validate(raw, ScenarioIn)
+    except InputError as exc:
+        raise exc.within(file=name) from None
+    try:
+        weights = weight_placement(s.placement.weights)
+    except InputError as exc:
+        raise exc.within(file=name, field="placement.weights") from None
     if s.engine not in ENGINES:
         raise InputError(
             f"engine {s.engine!r} is not known; engines: {', '.join(ENGINES)}",
@@ -317,13 +291,13 @@ def parse_scenario(raw: dict, *, base: Path = Path("."), name: str = "scenario")
         "overlap": s.overlap,
         "pinned": s.pinned,
     }
-    if isinstance(pl.weights, SplitIn):
-        w = pl.weights
+    if isinstance(weights, SplitIn):
+        w = weights
         placement = decode.Placement(weights=decode.Split(w.gpu, w.cpu, w.disk), **rest)
     else:
         groups = tuple(
             decode.GroupPlacement(g, decode.Split(x.gpu, x.cpu, x.disk), x.compute)
-            for g, x in pl.weights.items()
+            for g, x in weights.items()
         )
         placement = decode.by_groups(model, wf, groups, **rest)
     if not s.pinned and system.link.pageable_bandwidth is None:
@@ -331,7 +305,7 @@ def parse_scenario(raw: dict, *, base: Path = Path("."), name: str = "scenario")
             "pinned: false needs link.pageable_bandwidth in the profile", file=name, field="pinned"
         )
     pin_option = PIN_OPTIONS.get(s.engine)
-    explicit = pin_option is not None and pin_option in options.model_fields_set
+    explicit = pin_option is not None and pin_option in s.options  # given, so validated
     if "pinned" in raw and explicit and getattr(options, pin_option) != s.pinned:
         raise InputError(
             f"pinned: {str(s.pinned).lower()} contradicts options.{pin_option}; give one",

@@ -41,22 +41,25 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, replace
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
+import msgspec
 import numpy as np
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from msgspec import UNSET, UnsetType
 
 from kvoffload.model import decode, kv
 from kvoffload.model.prediction import Prediction, Scenario, predict_setup
 from kvoffload.model.transfer import peer_time
-from kvoffload.spec.errors import InputError
+from kvoffload.spec.errors import FieldError, InputError
 from kvoffload.spec.hardware import System
 from kvoffload.spec.models import Model
 from kvoffload.spec.precision import KvFormat, WeightFormat
+from kvoffload.spec.text import Strict
 from kvoffload.spec.units import Dim, UnitError, format_bytes, parse_quantity
 
 
-def _size(v: Any) -> float:
+def _size(v: str) -> float:
+    """Return the bytes a size such as '20 GiB' gives; ValueError when it is not one."""
     try:
         value = parse_quantity(v, Dim.BYTES)
     except UnitError as exc:
@@ -66,43 +69,72 @@ def _size(v: Any) -> float:
     return value
 
 
-Size = Annotated[float, BeforeValidator(_size)]
+class MaxMemory(Strict):
+    """Accelerate's ``max_memory``: a size per GPU (each one) and for host memory, as written."""
+
+    gpu: str | None = None
+    cpu: str | None = None
+
+    def __post_init__(self) -> None:
+        """Check that each limit given is a size."""
+        super().__post_init__()
+        for name in ("gpu", "cpu"):
+            text = getattr(self, name)
+            if text is not None:
+                try:
+                    _size(text)
+                except ValueError as exc:
+                    raise FieldError(name, str(exc)) from None
+
+    @property
+    def gpu_bytes(self) -> float | None:
+        """Return each GPU's limit in bytes, or None when not given."""
+        return None if self.gpu is None else _size(self.gpu)
+
+    @property
+    def cpu_bytes(self) -> float | None:
+        """Return host memory's limit in bytes, or None when not given."""
+        return None if self.cpu is None else _size(self.cpu)
 
 
-class MaxMemory(BaseModel):
-    """Accelerate's ``max_memory``: bytes per GPU (each one) and for host memory."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    gpu: Size | None = None
-    cpu: Size | None = None
+# `pinned` as the file gives it (UNSET: not given), so the scenario's `pinned:` can stand in
+_PINNED = msgspec.field(default=UNSET, name="pinned")
 
 
-class ZeroOptions(BaseModel):
+class ZeroOptions(Strict):
     """ZeRO-Inference's options."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
     weights: Literal["gpu", "cpu", "disk"] = "cpu"
-    kv_offload: bool = Field(False, strict=True)
-    quantize_weights: bool = Field(False, strict=True)  # 4-bit group-wise weights
-    pinned: bool = Field(False, strict=True)
+    kv_offload: bool = False
+    quantize_weights: bool = False  # 4-bit group-wise weights
+    pinned_given: bool | UnsetType = _PINNED
+
+    @property
+    def pinned(self) -> bool:
+        """Return the ``pinned`` option: False unless the file says true."""
+        return self.pinned_given is True
 
 
-class AccelerateOptions(BaseModel):
+class AccelerateOptions(Strict):
     """HF Accelerate's options (device_map offload, or ``auto``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
     weights: Literal["gpu", "cpu", "disk", "auto"] = "cpu"
     max_memory: MaxMemory | None = None
-    pinned: bool = Field(False, strict=True)
+    pinned_given: bool | UnsetType = _PINNED
 
-    @model_validator(mode="after")
-    def _max_memory_with_auto(self) -> AccelerateOptions:
+    def __post_init__(self) -> None:
+        """Check that ``max_memory`` comes only with ``weights: auto``."""
+        super().__post_init__()
         if self.max_memory is not None and self.weights != "auto":
             raise ValueError("max_memory applies only with weights: auto")
-        return self
+
+    @property
+    def pinned(self) -> bool:
+        """Return the ``pinned`` option: False unless the file says true."""
+        return self.pinned_given is True
 
 
-def options_for(engine: str) -> type[BaseModel]:
+def options_for(engine: str) -> type[Strict]:
     """Return the options schema of 'zero-inference' or 'hf-accelerate'."""
     return ZeroOptions if engine == "zero-inference" else AccelerateOptions
 
@@ -198,9 +230,10 @@ def balanced_memory(
         mm: dict[Device, float] = {i: system.gpu.memory.value for i in range(n)}
         mm["cpu"] = system.host_memory
     else:  # get_max_memory keeps only the devices the user names
-        mm = {i: user.gpu for i in range(n)} if user.gpu is not None else {}
-        if user.cpu is not None:
-            mm["cpu"] = user.cpu
+        gpu, cpu = user.gpu_bytes, user.cpu_bytes
+        mm = {i: gpu for i in range(n)} if gpu is not None else {}
+        if cpu is not None:
+            mm["cpu"] = cpu
     gpus = [k for k in mm if isinstance(k, int) and mm[k] > 0]
     if len(gpus) == 1 and user is None:
         mm[gpus[0]] *= 0.9  # "90% is a good compromise"
@@ -316,7 +349,8 @@ def _pinned(sc: Scenario, zero_from_disk: bool) -> bool:
     o = sc.options
     # ZeRO reads NVMe-resident weights asynchronously (libaio) into page-locked swap buffers
     # (AsyncPartitionedParameterSwapper pins them), so from disk its copies are pinned
-    return (o.pinned if "pinned" in o.model_fields_set else sc.pinned_or(False)) or zero_from_disk
+    given = sc.pinned_or(False) if o.pinned_given is UNSET else o.pinned_given
+    return given or zero_from_disk
 
 
 _TIER = {"gpu": decode.Split(), "cpu": decode.Split(0, 1, 0), "disk": decode.Split(0, 0, 1)}

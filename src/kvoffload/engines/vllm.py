@@ -23,9 +23,10 @@ collective), counted in the step's link time.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Annotated
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from msgspec import Meta
 
 from kvoffload.model import decode, kv
 from kvoffload.model.prediction import Prediction, Scenario, predict_setup
@@ -35,6 +36,7 @@ from kvoffload.spec.hardware import System
 from kvoffload.spec.limits import MAX_PARAMS
 from kvoffload.spec.models import Model
 from kvoffload.spec.precision import WeightFormat
+from kvoffload.spec.text import Strict
 
 GiB = 2**30
 # the most GiB of host memory an option may give: the largest plausible model's weights at fp32
@@ -42,18 +44,21 @@ GiB = 2**30
 MAX_HOST_GIB = MAX_PARAMS * 4 // GiB
 
 
-class Options(BaseModel):
+HostGib = Annotated[float, Meta(ge=0.0, le=MAX_HOST_GIB)]
+
+
+class Options(Strict):
     """vLLM's offloading options."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
     # GiB of weights per GPU kept in pinned host memory
-    cpu_offload_gb: float = Field(0.0, ge=0.0, le=MAX_HOST_GIB)
+    cpu_offload_gb: HostGib = 0.0
     # GiB of host memory for prefix-cache blocks
-    kv_offloading_size: float = Field(0.0, ge=0.0, le=MAX_HOST_GIB)
-    prefix_hit_rate: float = Field(0.0, ge=0.0, le=1.0)  # share of the prompt found in that cache
+    kv_offloading_size: HostGib = 0.0
+    # share of the prompt found in that cache
+    prefix_hit_rate: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.0
     # the share of each GPU's memory vLLM may use (vllm/config/cache.py @ c1d86421: default 0.9);
     # it leaves the rest to others, so the rest counts as taken
-    gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0)
+    gpu_memory_utilization: Annotated[float, Meta(gt=0.0, le=1.0)] = 0.9
 
 
 def kv_heads_per_gpu(model: Model, tp: int) -> int:

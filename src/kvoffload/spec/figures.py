@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Annotated, Any
+from functools import cache
+from types import NoneType, UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
-from pydantic import PlainValidator
+import msgspec
 
+from kvoffload.spec.errors import InputError
 from kvoffload.spec.text import NAME_CHARS, NOTE_CHARS, text_problem
 from kvoffload.spec.units import BASE_UNIT, Dim, UnitError, format_quantity, parse_quantity
 
@@ -70,7 +72,7 @@ def parse_figure(raw: Any, dim: Dim, *, lo: float, hi: float, allow_zero: bool =
         extra = set(raw) - _FIGURE_KEYS
         if extra:
             raise ValueError(
-                f"unknown key {sorted(extra)[0]!r}; a figure has value, kind, source, note, machine"
+                f"unknown key {sorted(extra, key=str)[0]!r}; a figure has value, kind, source, note, machine"
             )
         if "value" not in raw:
             raise ValueError("a figure mapping needs 'value'")
@@ -125,9 +127,49 @@ def _from_text(text: Any, dim: Dim, kind: Kind, source: str, note: str) -> Figur
     return Figure(value=value, dim=dim, kind=kind, source=source, note=note, text=str(text).strip())
 
 
+@dataclass(frozen=True)
+class FigureRule:
+    """How a schema's Figure field is read: its dimension and plausible range."""
+
+    dim: Dim
+    lo: float
+    hi: float
+    allow_zero: bool = False
+
+    def parse(self, raw: Any) -> Figure:
+        """Return ``raw`` (a quantity string, a figure mapping or a Figure) as a Figure."""
+        return parse_figure(raw, self.dim, lo=self.lo, hi=self.hi, allow_zero=self.allow_zero)
+
+
 def FigureField(dim: Dim, lo: float, hi: float, *, allow_zero: bool = False) -> Any:
-    """Return an annotated Figure type that pydantic validates with ``parse_figure``."""
-    check: Callable[[Any], Figure] = lambda raw: parse_figure(  # noqa: E731
-        raw, dim, lo=lo, hi=hi, allow_zero=allow_zero
-    )
-    return Annotated[Figure, PlainValidator(check)]
+    """Return the type of a schema field holding a Figure, read by :func:`parse_figures`."""
+    return Annotated[Figure, FigureRule(dim, lo, hi, allow_zero)]
+
+
+@cache
+def _figure_fields(schema: type[msgspec.Struct]) -> tuple[tuple[str, FigureRule, bool], ...]:
+    """Return (field, rule, whether it may be null) for each Figure field of ``schema``."""
+    out = []
+    for f in msgspec.structs.fields(schema):
+        members = get_args(f.type) if get_origin(f.type) in (Union, UnionType) else (f.type,)
+        for tp in members:
+            rules = [m for m in getattr(tp, "__metadata__", ()) if isinstance(m, FigureRule)]
+            if rules:
+                out.append((f.encode_name, rules[0], NoneType in members))
+    return tuple(out)
+
+
+def parse_figures(schema: type[msgspec.Struct], raw: dict) -> dict:
+    """Return ``raw`` with the values of ``schema``'s Figure fields read into Figures.
+
+    A file writes a figure as a quantity string or a mapping, which msgspec cannot read into a
+    Figure; this is done before the rest of ``raw`` is validated. InputError names the field.
+    """
+    out = dict(raw)
+    for name, rule, nullable in _figure_fields(schema):
+        if name in out and not (nullable and out[name] is None):
+            try:
+                out[name] = rule.parse(out[name])
+            except ValueError as exc:
+                raise InputError(str(exc), field=name) from None
+    return out

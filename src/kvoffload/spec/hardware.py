@@ -5,33 +5,47 @@ from __future__ import annotations
 import difflib
 import re
 from pathlib import Path
-from typing import Annotated, Any, get_args
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
 
 from kvoffload.spec import catalog
 from kvoffload.spec.errors import InputError
-from kvoffload.spec.figures import Figure, FigureField
+from kvoffload.spec.figures import Figure, FigureField, parse_figures
 from kvoffload.spec.inputs import check_path, display_name, load_mapping, stat_mode
-from kvoffload.spec.text import NAME_CHARS, NOTE_CHARS, PlainName, PlainText, plain_text
+from kvoffload.spec.text import (
+    NAME_CHARS,
+    NOTE_CHARS,
+    PlainName,
+    PlainText,
+    Strict,
+    plain_text,
+    validate,
+)
 from kvoffload.spec.units import Dim, format_quantity
 
 # Plausible ranges: wide enough for any real machine, narrow enough to catch slips of unit.
 Capacity = FigureField(Dim.BYTES, 1e8, 1e15)
+DiskCapacity = FigureField(Dim.BYTES, 1e9, 1e16)
 DeviceBandwidth = FigureField(Dim.BANDWIDTH, 1e9, 1e14)
 LinkBandwidth = FigureField(Dim.BANDWIDTH, 1e7, 1e13)
 FlopRate = FigureField(Dim.FLOP_RATE, 1e9, 1e18)
 Latency = FigureField(Dim.TIME, 1e-9, 1.0, allow_zero=True)
 Iops = FigureField(Dim.RATE, 1.0, 1e9)
 Efficiency = FigureField(Dim.FRACTION, 0.01, 1.0)
+Count = Annotated[int, Meta(ge=1, le=4096)]  # cores or threads
 
-_STRICT = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+
+class Part(Strict):
+    """A hardware part as a profile gives it: text stripped, figures read by ``build_part``."""
+
+    strip_text: ClassVar[bool] = True
 
 
-class Gpu(BaseModel):
+class Gpu(Part, kw_only=True):
     """An accelerator: memory, memory bandwidth and dense tensor FLOP rates."""
 
-    model_config = _STRICT
     name: PlainName
     interface: PlainName | None = None
     memory: Capacity
@@ -43,13 +57,13 @@ class Gpu(BaseModel):
     compute_efficiency: Efficiency | None = None  # share of the dense peak that GEMMs reach
     # the rate at which decode attention reads the KV cache, where measured below the memory's
     attention_bandwidth: DeviceBandwidth | None = None
-    count: int = Field(1, ge=1, le=64)
+    count: Annotated[int, Meta(ge=1, le=64)] = 1
 
-    @model_validator(mode="after")
-    def _achievable_below_peak(self) -> Gpu:
+    def __post_init__(self) -> None:
+        """Check the text, then that achievable rates stay below the peak."""
+        super().__post_init__()
         _not_above(self, "memory_bandwidth_achievable", "memory_bandwidth", slack=1.02)
         _not_above(self, "attention_bandwidth", "memory_bandwidth", slack=1.02)
-        return self
 
     @property
     def streaming_bandwidth(self) -> float:
@@ -64,10 +78,9 @@ class Gpu(BaseModel):
         )
 
 
-class Link(BaseModel):
+class Link(Part, kw_only=True):
     """The host-GPU link: raw and achievable per-direction rates, per-transfer latency."""
 
-    model_config = _STRICT
     name: PlainName
     raw_bandwidth: LinkBandwidth
     h2d_bandwidth: LinkBandwidth
@@ -75,53 +88,51 @@ class Link(BaseModel):
     pageable_bandwidth: LinkBandwidth | None = None
     latency: Latency
 
-    @model_validator(mode="after")
-    def _achievable_below_raw(self) -> Link:
+    def __post_init__(self) -> None:
+        """Check the text, then that achievable rates stay below the raw rate."""
+        super().__post_init__()
         for name in ("h2d_bandwidth", "d2h_bandwidth", "pageable_bandwidth"):
             _not_above(self, name, "raw_bandwidth")
         _not_above(self, "pageable_bandwidth", "h2d_bandwidth")
-        return self
 
 
-class Host(BaseModel):
+class Host(Part, kw_only=True):
     """The CPU side: DRAM capacity and bandwidth, CPU FLOP rate."""
 
-    model_config = _STRICT
     name: PlainName
     memory: Capacity
     memory_bandwidth: LinkBandwidth
     memory_bandwidth_peak: LinkBandwidth | None = None
     flops: FlopRate
-    cores: int | None = Field(None, ge=1, le=4096)
+    cores: Count | None = None
     # cores that run matmul threads at full speed (P-cores of a hybrid CPU); default: cores
-    performance_cores: int | None = Field(None, ge=1, le=4096)
+    performance_cores: Count | None = None
     # threads CPU-side matmuls use (llama.cpp -t); default: the performance cores
-    threads: int | None = Field(None, ge=1, le=4096)
+    threads: Count | None = None
 
     @property
     def matmul_threads(self) -> int | None:
         """Return the threads CPU-side matmuls run on: ``threads``, else the performance cores."""
         return self.threads or self.performance_cores or self.cores
 
-    @model_validator(mode="after")
-    def _achievable_below_peak(self) -> Host:
+    def __post_init__(self) -> None:
+        """Check the text, then that the achievable rate stays below the peak."""
+        super().__post_init__()
         _not_above(self, "memory_bandwidth", "memory_bandwidth_peak")
-        return self
 
 
-class Storage(BaseModel):
+class Storage(Part, kw_only=True):
     """An SSD or array: sequential rates, small-read latency and peak random-read IOPS."""
 
-    model_config = _STRICT
     name: PlainName
     read_bandwidth: LinkBandwidth
     write_bandwidth: LinkBandwidth
     read_latency: Latency
     random_read_iops: Iops | None = None
-    capacity: FigureField(Dim.BYTES, 1e9, 1e16) | None = None  # type: ignore[valid-type]
+    capacity: DiskCapacity | None = None
 
 
-PART_MODELS: dict[str, type[BaseModel]] = {
+PART_MODELS: dict[str, type[Part]] = {
     "gpu": Gpu,
     "link": Link,
     "host": Host,
@@ -130,78 +141,78 @@ PART_MODELS: dict[str, type[BaseModel]] = {
 
 
 # -- measurements: the raw tables `kvoffload measure` keeps; reports read them, the model does not
-_ROWS = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
-GbPerS = Annotated[float, Field(gt=0, le=1e4)]  # GB/s: up to 10 TB/s, a GPU's own memory
+# Bounded on both sides, so no row holds an infinity or a NaN.
+GbPerS = Annotated[float, Meta(gt=0, le=1e4)]  # GB/s: up to 10 TB/s, a GPU's own memory
 MAX_ROWS = 10_000  # rows per table: a full `measure` writes a few dozen
 
 
-class HostMemoryRow(BaseModel):
+class HostMemoryRow(Strict):
     """One host-memory test: read or copy, on some threads."""
 
-    model_config = _ROWS
     test: PlainName
-    threads: int = Field(ge=1, le=4096)
+    threads: Count
     gb_s: GbPerS
 
 
-class RandomReadRow(BaseModel):
+class RandomReadRow(Strict):
     """Random reads of one request size at one queue depth, and their share of sequential."""
 
-    model_config = _ROWS
-    request_bytes: int = Field(ge=512, le=2**34)
-    queue_depth: int = Field(ge=1, le=65_536)
+    request_bytes: Annotated[int, Meta(ge=512, le=2**34)]
+    queue_depth: Annotated[int, Meta(ge=1, le=65_536)]
     gb_s: GbPerS
-    share_of_sequential: float = Field(gt=0, le=100)  # above 1 only through a cache
+    share_of_sequential: Annotated[float, Meta(gt=0, le=100)]  # above 1 only through a cache
 
 
-class GpuCopyRow(BaseModel):
+class GpuCopyRow(Strict):
     """Host-to-device and device-to-host copies of one size, pinned or pageable."""
 
-    model_config = _ROWS
-    bytes: int = Field(ge=1, le=2**44)
+    bytes: Annotated[int, Meta(ge=1, le=2**44)]
     pinned: bool
     h2d_gb_s: GbPerS
     d2h_gb_s: GbPerS
 
 
-class AttentionStepRow(BaseModel):
+class AttentionStepRow(Strict):
     """One attention step's time with the cache placed one way."""
 
-    model_config = _ROWS
     placement: PlainName
-    ms: float = Field(gt=0, le=1e7)
-    layers: int = Field(ge=1, le=10_000)
-    tokens: int = Field(ge=1, le=10**8)
+    ms: Annotated[float, Meta(gt=0, le=1e7)]
+    layers: Annotated[int, Meta(ge=1, le=10_000)]
+    tokens: Annotated[int, Meta(ge=1, le=10**8)]
 
 
-class MeasurementTables(BaseModel):
+# Fields not given stay UNSET, so the block reads back holding only what the file gave.
+class MeasurementTables(Strict):
     """The tables of a measured profile, each a list of rows of one shape."""
 
-    model_config = _ROWS
-    host_memory: list[HostMemoryRow] = Field(default=[], max_length=MAX_ROWS)
-    storage_random_reads: list[RandomReadRow] = Field(default=[], max_length=MAX_ROWS)
-    gpu_copies: list[GpuCopyRow] = Field(default=[], max_length=MAX_ROWS)
-    gpu_attention_step: list[AttentionStepRow] = Field(default=[], max_length=MAX_ROWS)
+    host_memory: Annotated[list[HostMemoryRow], Meta(max_length=MAX_ROWS)] | UnsetType = UNSET
+    storage_random_reads: Annotated[list[RandomReadRow], Meta(max_length=MAX_ROWS)] | UnsetType = (
+        UNSET
+    )
+    gpu_copies: Annotated[list[GpuCopyRow], Meta(max_length=MAX_ROWS)] | UnsetType = UNSET
+    gpu_attention_step: Annotated[list[AttentionStepRow], Meta(max_length=MAX_ROWS)] | UnsetType = (
+        UNSET
+    )
 
 
-class Measurements(BaseModel):
+class Measurements(Strict):
     """A profile's ``measurements:`` block: raw tables, what was skipped and why, notes."""
 
-    model_config = _ROWS
-    tables: MeasurementTables = MeasurementTables()
-    skipped: list[PlainText] = Field(default=[], max_length=100)
-    notes: list[PlainText] = Field(default=[], max_length=100)
+    tables: MeasurementTables | UnsetType = UNSET
+    skipped: Annotated[list[PlainText], Meta(max_length=100)] | UnsetType = UNSET
+    notes: Annotated[list[PlainText], Meta(max_length=100)] | UnsetType = UNSET
 
 
 def build_measurements(raw: Any) -> dict[str, Any]:
     """Validate a ``measurements:`` block; return it as plain data, holding only what it gave."""
     try:
-        return Measurements.model_validate(raw).model_dump(exclude_unset=True)
-    except ValidationError as exc:
-        raise _pydantic_error(exc, "measurements") from None
+        measurements = validate(raw, Measurements, unknown=_unknown_field)
+    except InputError as exc:
+        raise exc.within(field="measurements") from None
+    return msgspec.to_builtins(measurements)
 
 
-def _not_above(part: BaseModel, name: str, limit: str, slack: float = 1.0) -> None:
+def _not_above(part: Part, name: str, limit: str, slack: float = 1.0) -> None:
     a, b = getattr(part, name), getattr(part, limit)
     if a is not None and b is not None and a.value > b.value * slack:
         raise ValueError(
@@ -210,10 +221,9 @@ def _not_above(part: BaseModel, name: str, limit: str, slack: float = 1.0) -> No
         )
 
 
-class System(BaseModel):
+class System(Strict, kw_only=True):
     """A whole machine: one GPU type (times count), its link, the host and storage."""
 
-    model_config = ConfigDict(frozen=True)
     id: str
     name: PlainName
     description: PlainText = ""
@@ -222,7 +232,8 @@ class System(BaseModel):
     link: Link
     host: Host
     storage: Storage
-    measurements: dict = {}  # tables kept by `kvoffload measure`; reports read them, the model does not
+    # tables kept by `kvoffload measure`; reports read them, the model does not
+    measurements: dict = msgspec.field(default_factory=dict)
 
     # -- capacity and rates: the one place the model reads them from ----------------------------
     @property
@@ -269,7 +280,7 @@ class System(BaseModel):
         out: dict[str, Figure] = {}
         for kind in catalog.PART_KINDS:
             part = getattr(self, kind)
-            for name in type(part).model_fields:
+            for name in part.__struct_fields__:
                 value = getattr(part, name)
                 if isinstance(value, Figure):
                     out[f"{kind}.{name}"] = value
@@ -287,7 +298,7 @@ class System(BaseModel):
         for kind in catalog.PART_KINDS:
             part = getattr(self, kind)
             entry: dict[str, Any] = {}
-            for name in type(part).model_fields:
+            for name in part.__struct_fields__:
                 value = getattr(part, name)
                 if isinstance(value, Figure):
                     entry[name] = value.to_json(registry)
@@ -301,38 +312,14 @@ _ID = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")
 _SYSTEM_KEYS = {"id", "name", "description", "base", "measurements", *catalog.PART_KINDS}
 
 
-def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
-    """Return the field names of the (nested) model at ``loc`` (list indices skipped)."""
-    for part in loc:
-        info = model.model_fields.get(str(part)) if isinstance(part, str) else None
-        if info is None:
-            continue
-        inner = [info.annotation, *get_args(info.annotation)]
-        model = next((t for t in inner if isinstance(t, type) and issubclass(t, BaseModel)), model)
-    return list(model.model_fields)
+def _unknown_field(key: str, known: list[str]) -> str:
+    """Return the problem of an unknown key: the field it may misspell, and the fields known."""
+    close = difflib.get_close_matches(key, known, n=1)
+    said = f"unknown field; did you mean {close[0]!r}?" if close else "unknown field"
+    return f"{said} (fields: {', '.join(known)})"
 
 
-def _pydantic_error(exc: ValidationError, prefix: str) -> InputError:
-    errors = exc.errors()
-    # A misspelled key also shows up as a missing one: report the misspelling.
-    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-    loc = ".".join(str(p) for p in err["loc"])
-    msg = err["msg"]
-    for lead in ("Value error, ", "Assertion failed, "):
-        msg = msg.removeprefix(lead)
-    if err["type"] == "missing":
-        msg = "required field is missing"
-    elif err["type"] == "extra_forbidden":
-        model = Measurements if prefix == "measurements" else PART_MODELS[prefix]
-        known = _fields_at(model, tuple(err["loc"][:-1]))
-        close = difflib.get_close_matches(str(err["loc"][-1]), known, n=1)
-        msg = f"unknown field; did you mean {close[0]!r}?" if close else "unknown field"
-        msg += f" (fields: {', '.join(known)})"
-    field = ".".join(p for p in (prefix, loc) if p)
-    return InputError(msg, field=field)
-
-
-def build_part(kind: str, raw: Any, inherited: dict | None = None) -> BaseModel:
+def build_part(kind: str, raw: Any, inherited: dict | None = None) -> Part:
     """Validate one part given as a catalog id, or a mapping with optional 'base' overrides."""
     table = catalog.parts(kind)
     if isinstance(raw, str):
@@ -349,10 +336,11 @@ def build_part(kind: str, raw: Any, inherited: dict | None = None) -> BaseModel:
             merged = {**(inherited or {}), **raw}
     else:
         raise InputError("must be a catalog id or a mapping of fields", field=kind)
+    schema = PART_MODELS[kind]
     try:
-        return PART_MODELS[kind].model_validate(merged)
-    except ValidationError as exc:
-        raise _pydantic_error(exc, kind) from None
+        return validate(parse_figures(schema, merged), schema, unknown=_unknown_field)
+    except InputError as exc:
+        raise exc.within(field=kind) from None
 
 
 def _raw_part(kind: str, raw: Any) -> dict:

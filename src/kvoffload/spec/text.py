@@ -8,6 +8,10 @@ neither may hold a control character (newline, tab, NUL, DEL, C1), a line or par
 (zero-width space, BOM, soft hyphen); the zero-width joiners (U+200C, U+200D) that scripts and
 emoji need are allowed.
 
+Schemas read from files (:class:`Strict`, msgspec Structs) check their ``PlainName`` and
+``PlainText`` fields with the same rule, and :func:`validate` turns what they refuse into one
+``InputError``.
+
 Validation does not make text safe to paste into Markdown or HTML: wherever it reaches a page it
 is escaped, HTML with ``html.escape`` and MyST Markdown with :func:`markdown_text`, here so that
 the studies that write Markdown sentences can use it too.
@@ -17,11 +21,15 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import Annotated, Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from types import UnionType
+from typing import Annotated, Any, ClassVar, TypeVar, Union, get_args, get_origin
 
-from pydantic import AfterValidator
+import msgspec
 
-from kvoffload.spec.errors import InputError
+from kvoffload.spec.errors import FieldError, InputError, schema_error
 
 NAME_CHARS = 120  # a name: a part, a system, a model, a column label
 NOTE_CHARS = 2000  # free text on one line: a description, a source, a note, a skip reason
@@ -61,23 +69,89 @@ def plain_text(value: Any, *, field: str, max_chars: int = NAME_CHARS) -> str:
     return value
 
 
-def _validator(max_chars: int, *, required: bool) -> AfterValidator:
-    def check(value: str) -> str:
-        problem = text_problem(value, max_chars=max_chars)
-        if problem is not None:
-            raise ValueError(problem)  # pydantic adds the field's location
-        if required and not value.strip():
-            raise ValueError("must not be empty")
-        return value
+@dataclass(frozen=True)
+class TextRule:
+    """What a text field of a schema may hold: one line of at most ``max_chars``."""
 
-    return AfterValidator(check)
+    max_chars: int
+    required: bool  # a name must not be empty (or only spaces)
+
+    def problem(self, value: str) -> str | None:
+        """Return why ``value`` breaks the rule, or None."""
+        problem = text_problem(value, max_chars=self.max_chars)
+        if problem is None and self.required and not value.strip():
+            return "must not be empty"
+        return problem
 
 
-PlainName = Annotated[str, _validator(NAME_CHARS, required=True)]
-"""A non-empty name on one line of at most ``NAME_CHARS`` characters (pydantic field type)."""
+PlainName = Annotated[str, TextRule(NAME_CHARS, required=True)]
+"""A non-empty name on one line of at most ``NAME_CHARS`` characters (a Strict field type)."""
 
-PlainText = Annotated[str, _validator(NOTE_CHARS, required=False)]
-"""Free text on one line of at most ``NOTE_CHARS`` characters, possibly empty (pydantic type)."""
+PlainText = Annotated[str, TextRule(NOTE_CHARS, required=False)]
+"""Free text on one line of at most ``NOTE_CHARS`` characters, possibly empty (a Strict type)."""
+
+
+class Strict(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """A schema a file is read into: unknown keys refused, frozen, its text fields checked.
+
+    Types are strict (a bool is no number, a string no integer). ``PlainName`` and ``PlainText``
+    fields, and lists of them, are checked after decoding; a subclass with its own
+    ``__post_init__`` calls this one first. A subclass whose required fields follow optional ones
+    says ``kw_only=True`` (msgspec does not inherit it). Read input with :func:`validate`.
+    """
+
+    strip_text: ClassVar[bool] = False  # strip whitespace around text fields before the check
+
+    def __post_init__(self) -> None:
+        """Check every text field (stripped first where ``strip_text``)."""
+        for name, key, rule in _text_fields(type(self)):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                if self.strip_text and value != value.strip():
+                    value = value.strip()
+                    msgspec.structs.force_setattr(self, name, value)
+                problem = rule.problem(value)
+                if problem is not None:
+                    raise FieldError(key, problem)
+            elif isinstance(value, list):
+                for i, item in enumerate(value):
+                    problem = rule.problem(item)
+                    if problem is not None:
+                        raise FieldError((key, i), problem)
+
+
+def _text_rule(tp: Any) -> TextRule | None:
+    """Return the TextRule of a field type: text, optional text or a list of text."""
+    if get_origin(tp) is Annotated:
+        rule = next((m for m in tp.__metadata__ if isinstance(m, TextRule)), None)
+        return rule or _text_rule(get_args(tp)[0])
+    if get_origin(tp) in (Union, UnionType, list):
+        return next(filter(None, map(_text_rule, get_args(tp))), None)
+    return None
+
+
+@cache
+def _text_fields(schema: type[Strict]) -> tuple[tuple[str, str, TextRule], ...]:
+    """Return (attribute, key in a file, rule) for each text field of ``schema``."""
+    found = ((f, _text_rule(f.type)) for f in msgspec.structs.fields(schema))
+    return tuple((f.name, f.encode_name, rule) for f, rule in found if rule is not None)
+
+
+S = TypeVar("S", bound=msgspec.Struct)
+
+
+def validate(
+    raw: Any, schema: type[S], *, unknown: Callable[[str, list[str]], str] | None = None
+) -> S:
+    """Return ``raw`` read into ``schema``; InputError naming the field when it does not fit.
+
+    ``unknown(key, known fields)`` says what is wrong with a key the schema lacks (default:
+    'unknown field'); see :func:`kvoffload.spec.errors.schema_error`.
+    """
+    try:
+        return msgspec.convert(raw, schema)
+    except msgspec.ValidationError as exc:
+        raise schema_error(exc, schema, unknown=unknown) from None
 
 
 # Inline Markdown (MyST with dollarmath) that a backslash turns back into a character: code and

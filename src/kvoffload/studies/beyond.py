@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from msgspec.structs import replace
 
 from kvoffload.model import decode
 from kvoffload.model.search import smallest_true_log
@@ -26,7 +27,7 @@ CXL_X8 = 31.5e9
 
 def with_link(system: System, link_id: str) -> System:
     """Return the system with another catalog link."""
-    return system.model_copy(update={"link": build_part("link", link_id)})
+    return replace(system, link=build_part("link", link_id))
 
 
 def with_cxl_host(system: System) -> System:
@@ -40,8 +41,8 @@ def with_cxl_host(system: System) -> System:
         " (micron-cz120); measured cards show 2-5x local DRAM latency (cxl-real-world-2024), which"
         " a bulk stream of megabytes hides",
     )
-    host = system.host.model_copy(update={"memory_bandwidth": fig, "memory_bandwidth_peak": None})
-    return system.model_copy(update={"host": host})
+    host = replace(system.host, memory_bandwidth=fig, memory_bandwidth_peak=None)
+    return replace(system, host=host)
 
 
 def link_rows(system: System, model: Model, context: int = 128_000, batch: int = 1) -> pd.DataFrame:
@@ -96,18 +97,17 @@ def tpot_with_link(
 
     Host memory is raised to the rate where it is slower, so the figure is the link's alone.
     """
-    link = system.link.model_copy(update={
+    link = replace(system.link, **{
         k: Figure(rate, Dim.BANDWIDTH, Kind.ASSUMED) for k in ("raw_bandwidth", "h2d_bandwidth", "d2h_bandwidth")
-    } | {"pageable_bandwidth": None})  # fmt: skip
-    host = system.host.model_copy(
-        update={
-            "memory_bandwidth": Figure(
-                max(rate, system.host.memory_bandwidth.value), Dim.BANDWIDTH, Kind.ASSUMED
-            ),
-            "memory_bandwidth_peak": None,
-        }
+    }, pageable_bandwidth=None)  # fmt: skip
+    host = replace(
+        system.host,
+        memory_bandwidth=Figure(
+            max(rate, system.host.memory_bandwidth.value), Dim.BANDWIDTH, Kind.ASSUMED
+        ),
+        memory_bandwidth_peak=None,
     )
-    s = system.model_copy(update={"link": link, "host": host})
+    s = replace(system, link=link, host=host)
     return float(decode.step(decode.offloaded(s, model, overlap), context, batch, overlap).total)
 
 

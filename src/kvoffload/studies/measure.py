@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import yaml
-from pydantic import BaseModel
 
 from kvoffload import __version__
 from kvoffload.spec import catalog
@@ -34,6 +34,7 @@ from kvoffload.spec.hardware import (
     Gpu,
     Host,
     Link,
+    Part,
     Storage,
     build_system,
     load_system,
@@ -144,10 +145,10 @@ class Report:
     notes: list[str] = field(default_factory=list)
 
 
-def _key(part: type[BaseModel], name: str) -> str:
+def _key(part: type[Part], name: str) -> str:
     """Return 'part.field' for a field of a hardware part's schema; refuse a field it lacks."""
     kind = next(k for k, model in PART_MODELS.items() if model is part)
-    if name not in part.model_fields:
+    if name not in part.__struct_fields__:
         raise ValueError(f"the {kind} schema has no field {name!r}")
     return f"{kind}.{name}"
 
@@ -570,7 +571,7 @@ def profile(report: Report, *, base: str, ident: str, name: str) -> dict[str, An
             continue
         if kind in names:
             fields = {"name": names[kind], **fields}
-        required = {f for f, info in model.model_fields.items() if info.is_required()}
+        required = {f.encode_name for f in msgspec.structs.fields(model) if f.required}
         if required <= fields.keys():  # measured whole: the base part's peaks need not bound it
             out[kind] = fields
         else:  # measured figures over the base part
