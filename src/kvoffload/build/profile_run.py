@@ -59,7 +59,7 @@ def run_for_profile(
     claim_folder(out)
     src, staging = out / ".site-src", out / ".site-build"
     with WarmSphinx(src, staging) as warm:  # Sphinx's imports overlap the chapters' runs
-        outcomes = _run(root, profile, chosen, model, out, n_jobs, progress)
+        outcomes = _run(root, profile, chosen, model, out, src, n_jobs, progress)
         build_and_swap(src, staging, out / "html", extra={MARKER: _MARKER_TEXT.encode()}, warm=warm)
     return RunResult([out / f"{c.name}.ipynb" for c in chosen], out / "html", outcomes)
 
@@ -70,10 +70,11 @@ def _run(
     chosen: list[Chapter],
     model: str | None,
     out: Path,
+    src: Path,
     n_jobs: int | None,
     progress: bool,
 ) -> list[Outcome]:
-    """Execute the chosen chapters into ``out`` and write the pages' book in ``out/.site-src``."""
+    """Execute the chosen chapters into ``out`` and write the pages' book in ``src``."""
     params = {"model": model} if model is not None else {}
     jobs = []
     for chapter in chosen:
@@ -84,7 +85,6 @@ def _run(
         check_parameters(chapter, values)
         jobs.append(Job(chapter, profile.id, values, out / f"{chapter.name}.ipynb", profile.files))
     outcomes = run_jobs(jobs, n_jobs=n_jobs, progress=progress)
-    src = out / ".site-src"  # the pages' book; the caller's warm Sphinx builds it
     shutil.rmtree(src, ignore_errors=True)
     (src / "book" / "generated").mkdir(parents=True)
     for job in jobs:

@@ -20,11 +20,12 @@ from pathlib import Path
 USAGE = "usage: python -m kvoffload.build.sphinx_run [--when-told] SOURCE_DIR OUTPUT_DIR"
 
 
-def build(src: Path, out: Path) -> int:
-    """Build the book in ``src`` into ``out/_build/html``; return Sphinx's status (0: success)."""
+def sphinx_config(src: Path, *, user_yaml: bool = True) -> dict:
+    """Return the Sphinx configuration `jupyter-book build -n` makes of the book in ``src``.
+
+    ``user_yaml=False``: Jupyter Book's defaults alone (no ``_config.yml`` read).
+    """
     from jupyter_book.config import get_final_config
-    from sphinx.application import Sphinx
-    from sphinx.util.docutils import docutils_namespace, patch_docutils
 
     # what `jupyter-book build` hands build_sphinx for a book with -n (nitpicky)
     overrides = {
@@ -33,11 +34,20 @@ def build(src: Path, out: Path) -> int:
         "nitpicky": True,
     }
     config, _ = get_final_config(
-        user_yaml=src / "_config.yml",
+        user_yaml=src / "_config.yml" if user_yaml else None,
         cli_config=overrides,
         sourcedir=src,
         use_external_toc=True,
     )
+    return config
+
+
+def build(src: Path, out: Path) -> int:
+    """Build the book in ``src`` into ``out/_build/html``; return Sphinx's status (0: success)."""
+    from sphinx.application import Sphinx
+    from sphinx.util.docutils import docutils_namespace, patch_docutils
+
+    config = sphinx_config(src)
     with patch_docutils(None), docutils_namespace():
         app = Sphinx(
             srcdir=src,
@@ -68,16 +78,8 @@ def preload(src: Path) -> None:
     """
     import importlib
 
-    from jupyter_book.config import get_final_config
-
-    user = src / "_config.yml"
     try:
-        config, _ = get_final_config(
-            user_yaml=user if user.is_file() else None,
-            cli_config={"latex_individualpages": False},
-            sourcedir=src,
-            use_external_toc=True,
-        )
+        config = sphinx_config(src, user_yaml=(src / "_config.yml").is_file())
         for name in ["sphinx.application", "sphinx.builders.html", *config["extensions"]]:
             importlib.import_module(name)
     except Exception:  # the build itself reports whatever fails here
