@@ -218,10 +218,24 @@ def _big(top: int) -> st.SearchStrategy[int]:
 @st.composite
 def _huge_models(draw):
     layers = draw(_big(limits.MAX_LAYERS))
-    head_dim = draw(_big(limits.MAX_HEAD_DIM))
-    widest = max(kv_vector_bytes(head_dim, f) for f in KvFormat)
-    kv_heads_max = min(limits.MAX_HEADS, limits.MAX_KV_BYTES_PER_TOKEN // (2 * widest * layers))
-    assume(kv_heads_max >= 1)
+
+    def widest(h: int) -> int:
+        return max(kv_vector_bytes(h, f) for f in KvFormat)
+
+    # the widest head one KV head per layer still fits (drawn larger, it is clamped to it: no
+    # filtering, and the boundary is drawn often)
+    lo, hi = 1, limits.MAX_HEAD_DIM
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (
+            (mid, hi)
+            if 2 * widest(mid) * layers <= limits.MAX_KV_BYTES_PER_TOKEN
+            else (lo, mid - 1)
+        )
+    head_dim = min(draw(_big(limits.MAX_HEAD_DIM)), lo)
+    kv_heads_max = min(
+        limits.MAX_HEADS, limits.MAX_KV_BYTES_PER_TOKEN // (2 * widest(head_dim) * layers)
+    )
     kv_heads = draw(_big(kv_heads_max))
     heads = kv_heads * draw(st.integers(1, limits.MAX_HEADS // kv_heads))
     window = draw(_big(limits.MAX_CONTEXT_TOKENS))
@@ -233,6 +247,15 @@ def _huge_models(draw):
         )
     )
     nk = draw(st.integers(1, 64))
+    nv = nk * draw(st.integers(1, 16))
+    hk, hv = draw(_big(limits.MAX_HEAD_DIM)), draw(_big(limits.MAX_HEAD_DIM))
+    taps = draw(st.integers(1, 8)) - 1
+    # the recurrent state stays within its bound (fp32, every linear layer): a value head
+    # drawn larger is clamped to the largest that fits, the key head halved when none does
+    budget = limits.MAX_STATE_BYTES_PER_REQUEST // (4 * max(1, kinds.count("linear_attention")))
+    while (hv_max := (budget - taps * 2 * nk * hk) // (nv * hk + taps * nv)) < 1:
+        hk //= 2
+    hv = min(hv, hv_max)
     cfg = {
         "model_type": "",
         "num_hidden_layers": layers,
@@ -245,10 +268,10 @@ def _huge_models(draw):
         "sliding_window": window,
         "layer_types": kinds,
         "linear_num_key_heads": nk,
-        "linear_num_value_heads": nk * draw(st.integers(1, 16)),
-        "linear_key_head_dim": draw(_big(limits.MAX_HEAD_DIM)),
-        "linear_value_head_dim": draw(_big(limits.MAX_HEAD_DIM)),
-        "linear_conv_kernel_dim": draw(st.integers(1, 8)),
+        "linear_num_value_heads": nv,
+        "linear_key_head_dim": hk,
+        "linear_value_head_dim": hv,
+        "linear_conv_kernel_dim": taps + 1,
     }
     return cfg
 
