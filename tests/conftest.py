@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from kvoffload.cli import main
+from tests.support.paths import BOOK_PROFILES, copy_book_sources
 
 
 @dataclass
@@ -70,24 +71,6 @@ def write(tmp_path: Path):
         return path
 
     return put
-
-
-BOOK_PROFILES = ["article-reference", "t4-pcie3"]
-REPO = Path(__file__).resolve().parents[1]
-
-
-def copy_book_sources(dest: Path) -> Path:
-    """Copy what a book build reads (config, toc, pages, chapters) into ``dest``."""
-    import shutil
-
-    dest.mkdir(parents=True, exist_ok=True)
-    for name in ("_config.yml", "_toc.yml"):
-        shutil.copy2(REPO / name, dest / name)
-    shutil.copytree(REPO / "notebooks", dest / "notebooks")
-    shutil.copytree(
-        REPO / "book", dest / "book", ignore=shutil.ignore_patterns("generated", "vendor")
-    )
-    return dest
 
 
 @pytest.fixture(scope="session")

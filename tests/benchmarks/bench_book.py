@@ -24,7 +24,7 @@ from pathlib import Path
 
 from kvoffload.build.profile_run import run_for_profile
 from kvoffload.build.site import build_book
-from tests.conftest import copy_book_sources
+from tests.support.paths import copy_book_sources
 
 PROFILE = """id: bench-box
 name: "Benchmark box: RTX 4090 on a 12 GB/s link"

@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.test_cli import BAD_PROFILES, GOOD_PROFILE
+from tests.support.samples import BAD_PROFILES, GOOD_PROFILE
 
 SCENARIO = {
     "hardware": "a100-80gb-sxm-pcie4",

@@ -1,0 +1,274 @@
+"""The offline calculator page in a real browser, held to the Python package at random points.
+
+The page is generated into a temporary directory by the function the book build uses, served
+from 127.0.0.1 with every other host blocked, and driven through its form: for each point the
+test sets the inputs as a reader would and reads every figure the page shows (TPOT, TTFT, rates,
+TPOT per overlap mode, each stream, memory per tier and its capacity, the fit, the bottleneck,
+a refusal), then predicts the same scenario with ``kvoffload.engines.scenario``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import yaml
+
+from kvoffload.engines.scenario import parse_scenario, predict
+from kvoffload.model import decode, kv
+from kvoffload.model.prediction import shortfalls
+from kvoffload.report import calculator_page
+from kvoffload.spec.errors import InputError
+from kvoffload.spec.hardware import load_system, system_ids
+from kvoffload.spec.models import load_model, model_ids
+from kvoffload.spec.precision import KvFormat, WeightFormat
+from kvoffload.studies.calculator_data import FIGURES, machine_figures, scenario_for
+from tests.support.browser import ARGS, block_offhost, require_chromium, serve
+
+pytestmark = pytest.mark.slow
+
+POINTS = 1000
+TOLERANCE = 1e-3  # the issue's 0.1%
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    """The calculator page open in Chromium, with off-host requests aborted and recorded."""
+    chromium = require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    root = tmp_path_factory.mktemp("calculator")
+    calculator_page.write_calculator(root)
+    errors: list[str] = []
+    with serve(root) as base, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=ARGS)
+        pg = browser.new_page(viewport={"width": 1440, "height": 900})
+        pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        pg.on("pageerror", lambda e: errors.append(str(e)))
+        offhost = block_offhost(pg)
+        pg.goto(f"{base}/{calculator_page.PAGE}")
+        pg.wait_for_function("window.kvoCalc !== undefined")
+        yield pg, errors, offhost
+        browser.close()
+
+
+# ------------------------------------------------------------------------ random points ------
+
+
+def _log_uniform(rng: random.Random, lo: float, hi: float) -> float:
+    return math.exp(rng.uniform(math.log(lo), math.log(hi)))
+
+
+def _figures(rng: random.Random, machine: str) -> dict:
+    """Return some of a machine's figures changed (base units), within the loader's ranges."""
+    base = machine_figures(load_system(machine))
+    specs = {f.key: f for f in FIGURES}
+    out: dict = {}
+    for key in rng.sample(sorted(specs), rng.randint(1, 6)):
+        f = specs[key]
+        if f.optional and rng.random() < 0.3:
+            out[key] = None
+            continue
+        start = base[key] if base[key] else (f.lo * f.hi) ** 0.5
+        if f.zero and rng.random() < 0.15:
+            out[key] = 0.0
+            continue
+        value = start * _log_uniform(rng, 0.2, 5.0)
+        out[key] = min(max(value, f.lo * 1.01), f.hi * 0.99)
+    merged = {**base, **out}
+    # spec/hardware.py: attention at most the GPU memory's rate, pageable at most host->GPU
+    if merged["attention_bandwidth"] > merged["gpu_bandwidth"]:
+        out["attention_bandwidth"] = merged["gpu_bandwidth"] * rng.uniform(0.3, 0.99)
+    if merged["pageable"] is not None and merged["pageable"] > merged["h2d"]:
+        out["pageable"] = merged["h2d"] * rng.uniform(0.3, 0.99)
+    return out
+
+
+def _share(rng: random.Random, offload: float) -> dict:
+    if rng.random() > offload:
+        return {"gpu": 1.0, "cpu": 0.0, "disk": 0.0}
+    cpu = rng.choice([100, rng.randint(0, 100), round(rng.uniform(0, 100), 1)])
+    disk = rng.choice([0, 0, rng.randint(0, 100 - math.ceil(cpu))])
+    c, d = cpu / 100, disk / 100
+    return {"gpu": max(0.0, 1 - c - d), "cpu": c, "disk": d}
+
+
+def _point(rng: random.Random, models: dict) -> dict:
+    machine = rng.choice(system_ids())
+    model = rng.choice(sorted(models))
+    limit = models[model].max_positions or 2_000_000
+    generate = rng.choice([1, rng.randint(1, 16), rng.randint(17, 2000)])
+    prompt = int(_log_uniform(rng, 1, max(2, limit - generate)))
+    point = {
+        "machine": machine,
+        "figures": _figures(rng, machine) if rng.random() < 0.35 else {},
+        "model": model,
+        "weights_format": rng.choice(list(WeightFormat)).value,
+        "kv_format": rng.choice(list(KvFormat)).value,
+        "prompt": prompt,
+        "generate": generate,
+        "batch": int(_log_uniform(rng, 1, 300)),
+        "weights": _share(rng, 0.4),
+        "kv": _share(rng, 0.7),
+        "attention": rng.choice(["gpu", "gpu", "cpu"]),
+        "overlap": rng.choice(list(decode.OVERLAP_MODES)),
+        "pinned": rng.random() < 0.8,
+    }
+    # a few the package refuses: beyond the model's context, pageable copies with no pageable
+    # rate, a figure out of its plausible range
+    bad = rng.random()
+    if bad < 0.03 and models[model].max_positions:
+        point["prompt"] = models[model].max_positions - generate + rng.randint(1, 1000)
+    elif bad < 0.05:
+        point["figures"] = {**point["figures"], "pageable": None}
+        point["pinned"] = False
+    elif bad < 0.06:
+        point["figures"] = {**point["figures"], "h2d": 1e14}
+    return point
+
+
+def _expected(point: dict) -> dict | None:
+    """Return the package's figures for a point (None: the package refuses it)."""
+    try:
+        sc = parse_scenario(scenario_for(point))
+    except InputError:
+        return None
+    p = predict(sc, check=False)
+    setup, system = sc.setup, sc.system
+    tpot = p.tpot_s
+    total = p.ttft_s + sc.generate * tpot
+    kv_total = float(kv.batch_bytes(sc.model, sc.prompt + sc.generate, sc.batch, setup.kv))
+    out = {
+        "tpot_ms": tpot * 1e3,
+        "ttft_ms": p.ttft_s * 1e3,
+        "decode_tokens_per_s": sc.batch / tpot,
+        "throughput_tokens_per_s": sc.batch * sc.generate / total,
+        "memory_gpu_bytes": float(p.memory.gpu),
+        "memory_cpu_bytes": float(p.memory.cpu),
+        "memory_disk_bytes": float(p.memory.disk),
+        "memory_staging_bytes": float(p.memory.staging),
+        "memory_weights_gpu_bytes": decode.resident_weight_bytes(sc.model, setup.weights)
+        * setup.placement.weights.gpu,
+        "memory_kv_gpu_bytes": kv_total * setup.placement.kv.gpu,
+        "gpu_capacity_bytes": system.gpu_memory,
+        "cpu_capacity_bytes": system.host_memory,
+    }
+    out.update({f"tpot_{m}_ms": v * 1e3 for m, v in p.by_overlap_s.items()})
+    out.update({f"stream_{k}_ms": v * 1e3 for k, v in p.streams_s.items()})
+    ranked = sorted(p.streams_s.values(), reverse=True)
+    return {
+        "numbers": out,
+        "disk_capacity": system.disk_capacity,
+        "fits": not shortfalls(system, p.memory),
+        "near_capacity": any(
+            abs(float(need) - have) <= 1e-9 * have
+            for need, have in (
+                (p.memory.gpu, system.gpu_memory),
+                (p.memory.cpu, system.host_memory),
+                (p.memory.disk, system.disk_capacity or math.inf),
+            )
+        ),
+        "bottleneck": p.bottleneck,
+        "tied": ranked[0] - ranked[1] <= 1e-9 * ranked[0],
+        "tpot_ms": tpot * 1e3,
+    }
+
+
+def _close(shown: float, want: float) -> bool:
+    return abs(shown - want) <= TOLERANCE * abs(want) + 1e-12
+
+
+# ------------------------------------------------------------------------------ the tests ----
+
+
+def test_the_page_matches_the_package_at_a_thousand_random_points(page):
+    pg, errors, offhost = page
+    rng = random.Random(15)
+    models = {m: load_model(m) for m in model_ids()}
+    points = [_point(rng, models) for _ in range(POINTS)]
+    shown = pg.evaluate("points => points.map(p => window.kvoCalc.set(p))", points)
+    assert not errors, errors
+    assert not offhost, offhost
+    seen = {"refused": 0, "fits": set(), "bottleneck": set(), "overlap": set(), "custom": 0}
+    scenario_checks = 0
+    for i, (point, got) in enumerate(zip(points, shown, strict=True)):
+        want = _expected(point)
+        where = f"point {i}: {point}"
+        if want is None:
+            assert got["error"], f"{where}: the package refuses it, the page does not"
+            seen["refused"] += 1
+            continue
+        assert not got["error"], f"{where}: the page refuses it: {got['error']}"
+        for key, value in want["numbers"].items():
+            assert _close(float(got[key]), value), f"{where}: {key} {got[key]} != {value}"
+        cap = want["disk_capacity"]
+        assert (
+            (got["disk_capacity_bytes"] == "")
+            if cap is None
+            else _close(float(got["disk_capacity_bytes"]), cap)
+        ), where
+        if not want["near_capacity"]:
+            assert got["fits"] == ("yes" if want["fits"] else "no"), where
+        if not want["tied"]:
+            assert got["bottleneck"] == want["bottleneck"], where
+        seen["fits"].add(got["fits"])
+        seen["bottleneck"].add(got["bottleneck"])
+        seen["overlap"].add(point["overlap"])
+        seen["custom"] += bool(point["figures"])
+        # the scenario file the page prints gives the same TPOT in the package
+        if i % 10 == 0:
+            sc = parse_scenario(yaml.safe_load(got["scenario"]))
+            assert _close(predict(sc, check=False).tpot_s * 1e3, want["tpot_ms"]), where
+            scenario_checks += 1
+    # the draws cover what the page can express
+    assert seen["refused"] >= 10
+    assert seen["fits"] == {"yes", "no"}
+    assert len(seen["bottleneck"]) >= 4, seen["bottleneck"]
+    assert seen["overlap"] == set(decode.OVERLAP_MODES)
+    assert seen["custom"] >= 200
+    assert scenario_checks >= 50
+
+
+def test_the_page_fits_a_phone_and_draws_its_chart(page):
+    pg, errors, offhost = page
+    pg.set_viewport_size({"width": 390, "height": 844})
+    try:
+        got = pg.evaluate(
+            "() => { const out = window.kvoCalc.set({machine: 't4-pcie3', figures: {},"
+            " model: 'llama-3.1-8b', weights_format: 'bf16', kv_format: 'bf16', prompt: 32000,"
+            " generate: 32, batch: 1, weights: {gpu: 1, cpu: 0, disk: 0},"
+            " kv: {gpu: 0, cpu: 1, disk: 0}, attention: 'gpu', overlap: 'none', pinned: true});"
+            " const svg = document.querySelector('#kvo-chart svg');"
+            " return {out: out, right: svg.getBoundingClientRect().right,"
+            " paths: svg.querySelectorAll('path').length, text: svg.textContent,"
+            " scroll: document.documentElement.scrollWidth}; }"
+        )
+        assert not got["out"]["error"]
+        assert got["scroll"] <= 390 and got["right"] <= 390
+        assert got["paths"] >= 2 and "ms budget" in got["text"]
+    finally:
+        pg.set_viewport_size({"width": 1440, "height": 900})
+    assert not errors and not offhost
+
+
+def test_a_typed_figure_changes_the_answer_and_a_bad_one_is_refused(page):
+    pg, errors, _ = page
+    base = {"machine": "article-reference", "figures": {}, "model": "llama-3.1-8b",
+            "weights_format": "bf16", "kv_format": "bf16", "prompt": 128000, "generate": 1,
+            "batch": 1, "weights": {"gpu": 1, "cpu": 0, "disk": 0},
+            "kv": {"gpu": 0, "cpu": 1, "disk": 0}, "attention": "gpu", "overlap": "none",
+            "pinned": True}  # fmt: skip
+    slow = pg.evaluate("p => window.kvoCalc.set(p)", base)
+    # type a link twice as fast into the field, as a reader would
+    pg.fill("#kvo-fig-h2d", "64")
+    fast = pg.evaluate("() => window.kvoCalc.read()")
+    assert float(fast["tpot_ms"]) < float(slow["tpot_ms"])
+    assert "hardware:\n  id: calculator" in fast["scenario"]
+    pg.fill("#kvo-fig-h2d", "-3")
+    bad = pg.evaluate("() => window.kvoCalc.read()")
+    assert "Link, host→GPU" in bad["error"] and bad["tpot_ms"] == ""
+    pg.click("#kvo-reset")
+    again = pg.evaluate("() => window.kvoCalc.read()")
+    assert again["tpot_ms"] == slow["tpot_ms"]
+    assert not errors

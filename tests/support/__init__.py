@@ -1,0 +1,1 @@
+"""Helpers the tests share: paths, a scenario factory, the browser, chapters, refusals."""

@@ -1,0 +1,60 @@
+"""Reading a verdict box back, and the verdict a chapter's own cell gives for a profile."""
+
+from __future__ import annotations
+
+import ast
+
+from bs4 import BeautifulSoup
+
+from kvoffload.build import pages
+from kvoffload.build.runner import Chapter, declared_parameters
+from kvoffload.studies import verdict
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def _decimals(text: str) -> int:
+    return len(text.split(".")[1]) if "." in text else 0
+
+
+def box_numbers(html: str) -> dict[str, str]:
+    """Return the figures a verdict box shows, by the class of their span."""
+    soup = BeautifulSoup(html, "html.parser")
+    (box,) = soup.select(".verdict")
+    return {
+        cls: box.select_one(f".{cls}").get_text()
+        for cls in ("verdict-gpu-ms", "verdict-offloaded-ms", "verdict-ratio", "verdict-longest")
+    }
+
+
+def assert_box_shows(html: str, v: verdict.Verdict) -> None:
+    """Assert that a box's figures are the verdict's, to the digits shown."""
+    shown = box_numbers(html)
+    for cls, value in (
+        ("verdict-gpu-ms", v.gpu_ms),
+        ("verdict-offloaded-ms", v.offloaded_ms),
+        ("verdict-ratio", v.ratio),
+        ("verdict-longest", v.longest_offloaded),
+    ):
+        text = shown[cls]
+        assert abs(_number(text) - value) <= 0.5 * 10 ** -_decimals(text) + 1e-9, (cls, text, value)
+
+
+def chapter_verdict(chapter: Chapter, profile: str, monkeypatch) -> verdict.Verdict:
+    """Return what the package gives for the chapter's verdict cell, run with the profile's values."""
+    import jupytext
+    import myst_nb
+
+    monkeypatch.setattr(myst_nb, "glue", lambda *a, **k: None)
+    (cell,) = [
+        c
+        for c in jupytext.read(chapter.path).cells
+        if pages.VERDICT_TAG in c.metadata.get("tags", [])
+    ]
+    tree = ast.parse(cell.source)
+    last = tree.body.pop()
+    scope = {**declared_parameters(chapter), "hardware": profile}
+    exec(compile(tree, chapter.name, "exec"), scope)
+    return eval(compile(ast.Expression(last.value), chapter.name, "eval"), scope).verdict
