@@ -78,7 +78,7 @@ def test_tpot_is_the_mean_over_every_token(brute_steps, setup, prompt, generate,
     # brute_steps 0: every sweep takes the fast path, however small
     p, b = np.array(prompt)[:, None], np.array(batch)[None, :]
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(decode, "BRUTE_STEPS", brute_steps)
+        mp.setattr(decode.exact_mean, "BRUTE_STEPS", brute_steps)
         got = decode.tpot(setup, p, generate, b)
     assert got.shape == (len(prompt), len(batch))
     assert _close(got, _brute(setup, p, generate, b, setup.placement.overlap))
@@ -89,7 +89,7 @@ def test_tpot_is_the_mean_over_every_token(brute_steps, setup, prompt, generate,
 def test_every_mode_and_stream_is_the_mean_over_every_token(setup, prompt, generate, batch):
     p = np.array(prompt)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(decode, "BRUTE_STEPS", 0)
+        mp.setattr(decode.exact_mean, "BRUTE_STEPS", 0)
         mean = decode.mean_step(setup, p, generate, batch)
     for mode in decode.OVERLAP_MODES:
         assert _close(mean.by_overlap[mode], _brute(setup, p, generate, batch, mode))
@@ -110,7 +110,7 @@ def test_spilled_kv_shares_are_followed_per_point(model):
     spilled = decode.spill(setup, prompt, batch)
     assert np.ptp(spilled.placement.kv.gpu) > 0  # some points spill, some do not
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(decode, "BRUTE_STEPS", 0)
+        mp.setattr(decode.exact_mean, "BRUTE_STEPS", 0)
         got = decode.tpot(spilled, prompt, 100, batch)
     assert _close(got, _brute(spilled, prompt, 100, batch, "pipeline"))
 
@@ -128,7 +128,7 @@ def test_intervals_with_a_kink_are_split_and_stay_exact(mode):
     calls = []
     split = decode._split
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(decode, "_split", lambda *a: calls.append(a[2].size) or split(*a))
+        mp.setattr(decode.exact_mean, "_split", lambda *a: calls.append(a[2].size) or split(*a))
         got = decode.tpot(setup, prompt, 300, batch)
     assert calls, "no interval needed splitting: the test no longer exercises the split path"
     assert _close(got, _brute(setup, prompt, 300, batch, mode))
@@ -157,7 +157,7 @@ def test_token_mean_of_any_convex_piecewise_linear_function(lines, window, jump,
 
     p = np.array(prompt, dtype=np.float64)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(decode, "BRUTE_STEPS", 0)
+        mp.setattr(decode.exact_mean, "BRUTE_STEPS", 0)
         got = decode.token_mean(fn, p, generate, [window])[0]
     want = np.mean([f(p[None] + i)[0] for i in range(generate)], axis=0)
     assert _close(got, want)
@@ -180,7 +180,7 @@ def test_a_long_sweep_evaluates_a_few_tokens_per_point():
         return token_mean(lambda point, ctx: evaluated.append(ctx.size) or fn(point, ctx), *args)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(decode, "token_mean", counting)
+        mp.setattr(decode.exact_mean, "token_mean", counting)
         got = decode.tpot(setup, contexts, 32, batches)
     assert sum(evaluated) <= 3.2 * contexts.size * batches.size
     assert _close(got, _brute(setup, contexts, 32, batches, "pipeline"))
