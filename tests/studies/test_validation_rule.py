@@ -122,7 +122,8 @@ def test_the_rule_never_changes_in_a_commit_that_changes_the_model():
             ["git", "-C", str(root), *args], capture_output=True, text=True, check=True
         ).stdout
 
-    commits = git("log", "--format=%H", "--", "tests/test_validation_rule.py").split()
+    rule = Path(__file__).resolve().relative_to(root).as_posix()
+    commits = git("log", "--follow", "--format=%H", "--", rule).split()  # across its moves
     assert commits, "the rule file has no history"
     for sha in commits:
         touched = git("show", "--name-only", "--format=", sha).split()
