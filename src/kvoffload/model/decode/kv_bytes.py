@@ -1,0 +1,27 @@
+"""The KV bytes a setup stores: per token in one attention layer, and a batch's total."""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from kvoffload.model import kv
+from kvoffload.model.decode.placement import Setup
+from kvoffload.spec.models import Model
+from kvoffload.spec.precision import KvFormat
+
+
+def _kv_token_bytes(model: Model, fmt: KvFormat) -> float:
+    """Return one attention layer's KV bytes per token in ``fmt`` (B)."""
+    return float(kv.attention_layer_token_bytes(model, fmt))  # one attention layer's, per token
+
+
+def _kv_total(setup: Setup, context: ArrayLike, batch: ArrayLike) -> np.ndarray:
+    """Return the batch's KV bytes at ``context`` as the engine stores them."""
+    kv_total = kv.batch_bytes(
+        setup.cache_model,
+        np.asarray(context, dtype=np.int64),
+        np.asarray(batch, dtype=np.int64),
+        setup.kv,
+    )
+    return kv_total.astype(np.float64)
