@@ -122,10 +122,15 @@ def fits(
 
 
 def tpot(
-    system: System, model: Model, option: Option, context: ArrayLike, batch: ArrayLike = 1
+    system: System,
+    model: Model,
+    option: Option,
+    context: ArrayLike,
+    batch: ArrayLike = 1,
+    generate: int = 1,
 ) -> np.ndarray:
-    """Return an option's decode step (s) at (context, batch)."""
-    return decode.step(setup(system, model, option), context_of(option, context), batch).total
+    """Return an option's TPOT (s): the mean step over ``generate`` tokens after ``context``."""
+    return decode.tpot(setup(system, model, option), context_of(option, context), generate, batch)
 
 
 def ttft(system: System, model: Model, option: Option, context: int, batch: int = 1) -> float:

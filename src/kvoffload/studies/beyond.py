@@ -45,8 +45,14 @@ def with_cxl_host(system: System) -> System:
     return replace(system, host=host)
 
 
-def link_rows(system: System, model: Model, context: int = 128_000, batch: int = 1) -> pd.DataFrame:
-    """Return, per link, TPOT with every cache byte in host memory, its link time, the ratio to HBM."""
+def link_rows(
+    system: System, model: Model, context: int = 128_000, batch: int = 1, generate: int = 1
+) -> pd.DataFrame:
+    """Return, per link, TPOT with every cache byte in host memory, one step's link time and GPU work.
+
+    TPOT is ``decode.tpot`` over ``generate`` tokens; the link time and its ratio to the GPU's
+    work are the first step's (at ``context``).
+    """
     variants = [
         (build_part("link", i).name, with_link(system, i), build_part("link", i).h2d_bandwidth)
         for i in LINK_IDS
@@ -58,16 +64,16 @@ def link_rows(system: System, model: Model, context: int = 128_000, batch: int =
     rows = []
     for name, sys_, fig in variants:
         st = decode.offloaded(sys_, model)
-        step = decode.step(st, context, batch)
+        step = decode.step(st, context, batch)  # the first step's streams
         hbm = float(step.streams["gpu"])
         rows.append(
             {
                 "link": name,
                 "copy rate": format_bandwidth(sys_.copy_rate("h2d")),
                 "link time (ms)": float(step.streams["h2d"]) * 1e3,
-                "TPOT, no overlap (ms)": float(step.total) * 1e3,
+                "TPOT, no overlap (ms)": float(decode.tpot(st, context, generate, batch)) * 1e3,
                 "TPOT, perfect overlap (ms)": float(
-                    decode.step(st, context, batch, "perfect").total
+                    decode.tpot(st, context, generate, batch, "perfect")
                 )
                 * 1e3,
                 "link / GPU work": float(step.streams["h2d"]) / hbm,
@@ -79,21 +85,34 @@ def link_rows(system: System, model: Model, context: int = 128_000, batch: int =
 
 
 def required_link(
-    system: System, model: Model, context: int, batch: int, budget_s: float, overlap: str = "none"
+    system: System,
+    model: Model,
+    context: int,
+    batch: int,
+    budget_s: float,
+    overlap: str = "none",
+    generate: int = 1,
 ) -> float:
     """Return the host-to-GPU rate (B/s) that meets the TPOT budget with the cache in host memory.
 
     inf when no rate does: the GPU's own work (and the per-copy latency) already exceeds it.
     """
     return _solve(
-        lambda rate: tpot_with_link(system, model, context, batch, rate, overlap), budget_s
+        lambda rate: tpot_with_link(system, model, context, batch, rate, overlap, generate),
+        budget_s,
     )
 
 
 def tpot_with_link(
-    system: System, model: Model, context: int, batch: int, rate: float, overlap: str = "none"
+    system: System,
+    model: Model,
+    context: int,
+    batch: int,
+    rate: float,
+    overlap: str = "none",
+    generate: int = 1,
 ) -> float:
-    """Return TPOT (s) with the cache in host memory reached at ``rate`` (B/s) in each direction.
+    """Return TPOT (s, ``decode.tpot``) with the cache in host memory reached at ``rate`` (B/s).
 
     Host memory is raised to the rate where it is slower, so the figure is the link's alone.
     """
@@ -108,7 +127,9 @@ def tpot_with_link(
         memory_bandwidth_peak=None,
     )
     s = replace(system, link=link, host=host)
-    return float(decode.step(decode.offloaded(s, model, overlap), context, batch, overlap).total)
+    return float(
+        decode.tpot(decode.offloaded(s, model, overlap), context, generate, batch, overlap)
+    )
 
 
 UNLIMITED = 1e16  # B/s: a link so fast its copy time is nil; what remains is the GPU's own work
@@ -126,14 +147,15 @@ def required_table(
     contexts: tuple[int, ...] = (32_000, 128_000),
     batches: tuple[int, ...] = (1, 4, 16),
     budget_s: float = 0.05,
+    generate: int = 1,
 ) -> pd.DataFrame:
     """Return the link rate a TPOT budget needs, per context and batch, and what limits it."""
     own = system.copy_rate("h2d")
     rows = []
     for c in contexts:
         for b in batches:
-            none = required_link(system, model, c, b, budget_s)
-            perfect = required_link(system, model, c, b, budget_s, "perfect")
+            none = required_link(system, model, c, b, budget_s, "none", generate)
+            perfect = required_link(system, model, c, b, budget_s, "perfect", generate)
             rows.append(
                 {
                     "context": c,
@@ -141,10 +163,12 @@ def required_table(
                     "needed, no overlap (GB/s)": none / 1e9,
                     "needed, perfect overlap (GB/s)": perfect / 1e9,
                     "this link (GB/s)": own / 1e9,
-                    "TPOT, unlimited link (ms)": tpot_with_link(system, model, c, b, UNLIMITED)
+                    "TPOT, unlimited link (ms)": tpot_with_link(
+                        system, model, c, b, UNLIMITED, generate=generate
+                    )
                     * 1e3,
                     "GPU work, all in HBM (ms)": float(
-                        decode.step(decode.Setup(system, model), c, b).total
+                        decode.tpot(decode.Setup(system, model), c, generate, b)
                     )
                     * 1e3,
                     "limit": "GPU work, layer after layer"
@@ -156,17 +180,22 @@ def required_table(
 
 
 def verdict(
-    system: System, model: Model, context: int = 128_000, batch: int = 1, budget_s: float = 0.05
+    system: System,
+    model: Model,
+    context: int = 128_000,
+    batch: int = 1,
+    budget_s: float = 0.05,
+    generate: int = 1,
 ) -> dict[str, float | bool | str]:
     """Return offloaded TPOT over this system's link and over PCIe 4.0 x16, against a budget."""
     pcie4 = with_link(system, "pcie4-x16")
     out: dict[str, float | bool | str] = {"link": system.link.name}
     for tag, s in (("own", system), ("pcie4", pcie4)):
         for mode in ("none", "perfect"):
-            t = float(decode.step(decode.offloaded(s, model, mode), context, batch, mode).total)
+            t = float(decode.tpot(decode.offloaded(s, model, mode), context, generate, batch, mode))
             out[f"{tag}_{mode}_ms"] = t * 1e3
             out[f"{tag}_{mode}_meets"] = t <= budget_s
-    out["hbm_ms"] = float(decode.step(decode.Setup(system, model), context, batch).total) * 1e3
+    out["hbm_ms"] = float(decode.tpot(decode.Setup(system, model), context, generate, batch)) * 1e3
     out["changes"] = bool(out["own_perfect_meets"]) and not bool(out["pcie4_perfect_meets"])
     return out
 
@@ -201,7 +230,7 @@ class LinkFindings:
 
     @property
     def pcie5_gain(self) -> float:
-        """Return how many times faster the offloaded step is over PCIe 5.0 than over PCIe 4.0."""
+        """Return how many times shorter the offloaded TPOT is over PCIe 5.0 than over PCIe 4.0."""
         return self.pcie4_ms / self.pcie5_ms
 
 

@@ -13,6 +13,7 @@ import numpy as np
 from kvoffload.model import decode, kv, transfer
 from kvoffload.spec import catalog
 from kvoffload.spec.hardware import build_part, load_system
+from kvoffload.spec.limits import MAX_CONTEXT_TOKENS
 from kvoffload.spec.models import load_model
 from kvoffload.spec.precision import kv_format, weight_format
 from kvoffload.spec.units import Dim, UnitError, format_number, format_quantity, parse_quantity
@@ -188,26 +189,28 @@ def tpot(
     batch: int = 1,
     overlap: str = "none",
     kv_on_gpu: bool = False,
+    generate: int = 1,
 ) -> float:
-    """Return the decode step (s) with all KV in host memory (or on the GPU)."""
+    """Return TPOT (s, ``decode.tpot``) after ``tokens`` with all KV in host memory (or on the GPU)."""
     s, m = load_system(system), load_model(model)
     st = decode.Setup(s, m) if kv_on_gpu else decode.offloaded(s, m, overlap)
-    return float(decode.step(st, tokens, batch, overlap).total)
+    return float(decode.tpot(st, tokens, generate, batch, overlap))
 
 
-def tpot_w4_change(system: str, model: str, tokens: int) -> float:
+def tpot_w4_change(system: str, model: str, tokens: int, generate: int = 1) -> float:
     """Return TPOT with int4 weights over TPOT with bf16 weights, everything on the GPU."""
     s, m = load_system(system), load_model(model)
     w4 = decode.Setup(s, m, weight_format("int4"))
     return float(
-        decode.step(w4, tokens, 1).total / decode.step(decode.Setup(s, m), tokens, 1).total
+        decode.tpot(w4, tokens, generate) / decode.tpot(decode.Setup(s, m), tokens, generate)
     )
 
 
 def max_context(system: str, model: str, budget: str, batch: int = 1) -> float:
-    """Return the longest context (tokens) meeting a TPOT budget with all KV in host memory."""
+    """Return the longest context (tokens) whose step meets a TPOT budget, all KV in host memory."""
+    budget_s = parse_quantity(budget, Dim.TIME)
     return float(
-        decode.max_context(_offloaded(system, model), parse_quantity(budget, Dim.TIME), batch)
+        decode.max_context(_offloaded(system, model), budget_s, batch, limit=MAX_CONTEXT_TOKENS)
     )
 
 

@@ -8,13 +8,15 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from kvoffload.model import capacity, decode
+from kvoffload.model import decode
 from kvoffload.model.search import largest_true
 from kvoffload.spec.hardware import System
+from kvoffload.spec.limits import MAX_CONTEXT_TOKENS
 from kvoffload.spec.models import Model
 from kvoffload.spec.units import Dim, parse_quantity
 from kvoffload.studies.article_figures import tpot_bound_rows
 from kvoffload.studies.decode_step import place
+from kvoffload.studies.memory_fit import fits
 
 
 def budget_table(reference: System, system: System, model: Model) -> pd.DataFrame:
@@ -28,6 +30,7 @@ def budget_table(reference: System, system: System, model: Model) -> pd.DataFram
         n = int(row["tokens"])
         ref = place(decode.offloaded(reference, model), n, 1)
         mine = place(decode.offloaded(system, model), n, 1)
+        # one step's streams (the link time); TPOT is the mean step over the one generated token
         ref_step = decode.step(ref.setup, n, 1)
         my_step = decode.step(mine.setup, n, 1)
         rows.append(
@@ -35,11 +38,11 @@ def budget_table(reference: System, system: System, model: Model) -> pd.DataFram
                 "context": f"{row['label']} ({n:,} tokens)",
                 "article (ms)": parse_quantity(row["time"], Dim.TIME) * 1e3,
                 "link time, article's figures (ms)": float(ref_step.streams["h2d"]) * 1e3,
-                "TPOT, article's figures (ms)": float(ref_step.total) * 1e3,
+                "TPOT, article's figures (ms)": float(decode.tpot(ref.setup, n)) * 1e3,
                 "link time, this profile (ms)": float(my_step.streams["h2d"]) * 1e3,
-                "TPOT, this profile (ms)": float(my_step.total) * 1e3,
+                "TPOT, this profile (ms)": float(decode.tpot(mine.setup, n)) * 1e3,
                 "TPOT, this profile, perfect overlap (ms)": float(
-                    decode.step(mine.setup, n, 1, "perfect").total
+                    decode.tpot(mine.setup, n, overlap="perfect")
                 )
                 * 1e3,
                 "weights on the GPU, this profile (%)": 100 * mine.gpu_share,
@@ -103,19 +106,27 @@ def _requests(batch: int) -> str:
     return "one request" if batch == 1 else f"a batch of {batch}"
 
 
-def _longest(setup: decode.Setup, budget_s: float, batches: np.ndarray) -> np.ndarray:
-    """Return the longest context meeting ``budget_s`` that also fits every tier, per batch."""
+def longest_within(
+    setup: decode.Setup, budget_s: float, batches: ArrayLike = 1, generate: int = 1
+) -> np.ndarray:
+    """Return, per batch, the longest context (prompt, tokens) whose TPOT meets ``budget_s``.
+
+    TPOT is ``decode.tpot`` over ``generate`` tokens; the context counts only where the last
+    step also fits every tier (``memory_fit.fits``). 0: none does.
+    """
     b = np.asarray(batches, dtype=np.float64)
+    last = int(generate) - 1  # the last step's context is the prompt plus the tokens before it
 
     def ok(s: np.ndarray) -> np.ndarray:
-        mem = decode.memory(setup, s, b.astype(np.int64))
-        fits = capacity.fits(setup.system, mem.gpu, mem.cpu, mem.disk)
-        return fits & (decode.step(setup, s, b).total <= budget_s)
+        fit = fits(setup, s + last, b.astype(np.int64))
+        return fit & (decode.tpot(setup, s, generate, b) <= budget_s)
 
-    return largest_true(ok, b.shape, 10_000_000)
+    return largest_true(ok, b.shape, MAX_CONTEXT_TOKENS - last)
 
 
-def budget_contexts(setup: decode.Setup, budget_s: float, batches: ArrayLike) -> BudgetContexts:
+def budget_contexts(
+    setup: decode.Setup, budget_s: float, batches: ArrayLike, generate: int = 1
+) -> BudgetContexts:
     """Return the longest context meeting ``budget_s`` per batch, as set up and with perfect overlap.
 
     A context counts only where the step also fits the machine (GPU memory, host memory, disk).
@@ -124,7 +135,7 @@ def budget_contexts(setup: decode.Setup, budget_s: float, batches: ArrayLike) ->
     perfect = setup.with_overlap("perfect")
     return BudgetContexts(
         batches=b,
-        no_overlap=_longest(setup, budget_s, b),
-        perfect_overlap=_longest(perfect, budget_s, b),
+        no_overlap=longest_within(setup, budget_s, b, generate),
+        perfect_overlap=longest_within(perfect, budget_s, b, generate),
         floor_ms=float(decode.step(perfect, 1, 1).total) * 1e3,
     )

@@ -1,10 +1,12 @@
 """The verdict a page opens with: one machine, one workload, the cache on the GPU or in host memory.
 
-For a hardware profile and a workload (model, context, batch, formats) the verdict holds one
-decode step with every byte on the GPU, the same step with the whole cache in host memory (the
-weights placed by ``decode_step.place``: on the GPU where they fit, else as much as fits and the
-rest streamed over the link), their ratio, the longest context that meets the TPOT budget with
-the cache offloaded (``decode_budget.budget_contexts``), and what fits the GPU.
+For a hardware profile and a workload (model, context, tokens generated, batch, formats) the
+verdict holds TPOT (``decode.tpot``: the mean decode step over the generated tokens, as
+``kvoffload predict`` gives it) with every byte on the GPU, TPOT with the whole cache in host
+memory (the weights placed by ``decode_step.place``: on the GPU where they fit, else as much as
+fits and the rest streamed over the link), their ratio, the longest context that meets the TPOT
+budget with the cache offloaded (``decode_budget.budget_contexts``), and what fits the GPU
+(``memory_fit.longest_context``, as chapter 02 gives it).
 """
 
 from __future__ import annotations
@@ -14,28 +16,27 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from kvoffload.model import capacity, decode, kv
-from kvoffload.model.search import largest_true
+from kvoffload.model import decode, kv
 from kvoffload.spec.hardware import System, load_system
 from kvoffload.spec.models import Model, load_model
 from kvoffload.spec.precision import kv_format, weight_format
 from kvoffload.spec.units import format_bytes
-from kvoffload.studies import decode_budget, decode_step, engines_compared
+from kvoffload.studies import decode_budget, decode_step, engines_compared, memory_fit
 
 BUDGET_MS = 50.0  # the article's interactive TPOT budget (ms per token)
-SEARCH_LIMIT = 10_000_000  # tokens: the longest context any search looks at
 MACHINE_CONTEXTS = (8_000, 32_000, 128_000)  # the Machines page's columns, the article's rows
 
 
 @dataclass(frozen=True)
 class Workload:
-    """What a page computes: a model, its context and batch, weight and cache formats."""
+    """What a page computes: a model, its context, tokens generated and batch, the formats."""
 
     model: str  # catalog id or a Hugging Face config.json path
-    context: int  # tokens already in the cache at the step
+    context: int  # tokens already in the cache at the first decode step (the prompt)
     batch: int = 1  # requests decoded together
     weights: str = "bf16"
     kv: str = "bf16"
+    generate: int = 1  # tokens generated: TPOT is the mean step over them (a scenario's default)
 
 
 HEADLINE = Workload("llama-3.1-8b", 32_000, 1)  # the index pages' and the intro's workload
@@ -50,7 +51,8 @@ def describe(workload: Workload, model: Model | None = None) -> str:
         else f"{workload.weights} weights, {workload.kv} cache"
     )
     who = "one request" if workload.batch == 1 else f"a batch of {workload.batch:,}"
-    return f"{name}, {formats}, {workload.context:,} tokens of context, {who}"
+    made = f", {workload.generate:,} tokens generated" if workload.generate > 1 else ""
+    return f"{name}, {formats}, {workload.context:,} tokens of context{made}, {who}"
 
 
 def ngl_workload() -> str:
@@ -72,9 +74,9 @@ class Verdict:
     model_name: str
     workload: Workload
     budget_ms: float
-    gpu_ms: float  # one step, weights and cache on the GPU (overlap none)
-    gpu_fits: bool  # weights, cache and buffers fit GPU memory at the workload's context
-    offloaded_ms: float  # one step, the cache in host memory, weights placed to fit
+    gpu_ms: float  # TPOT, weights and cache on the GPU (overlap none)
+    gpu_fits: bool  # weights, cache and buffers fit GPU memory at the workload's last step
+    offloaded_ms: float  # TPOT, the cache in host memory, weights placed to fit
     offloaded_fits: bool  # that placement fits GPU memory, host memory and disk
     weights_gpu_share: float  # share of the weights kept on the GPU when the cache is offloaded
     longest_offloaded: int  # longest context meeting the budget, cache offloaded (0: none)
@@ -87,7 +89,7 @@ class Verdict:
 
     @property
     def ratio(self) -> float:
-        """Return how many times longer the offloaded step takes than the all-GPU one."""
+        """Return how many times the all-GPU TPOT the offloaded TPOT is."""
         return self.offloaded_ms / self.gpu_ms
 
     @property
@@ -97,12 +99,12 @@ class Verdict:
 
     @property
     def meets_on_gpu(self) -> bool:
-        """Return whether the all-GPU step meets the budget."""
+        """Return whether the all-GPU TPOT meets the budget."""
         return self.gpu_ms <= self.budget_ms
 
     @property
     def meets_offloaded(self) -> bool:
-        """Return whether the offloaded step meets the budget."""
+        """Return whether the offloaded TPOT meets the budget."""
         return self.offloaded_ms <= self.budget_ms
 
     @property
@@ -153,14 +155,8 @@ def _setups(system: System, model: Model, workload: Workload) -> tuple[decode.Se
 
 
 def longest_on_gpu(setup: decode.Setup, batch: int = 1) -> int:
-    """Return the longest context whose weights, cache and buffers all fit GPU memory (0: none)."""
-    b = np.asarray(batch, dtype=np.int64)
-
-    def ok(s: np.ndarray) -> np.ndarray:
-        mem = decode.memory(setup, s, b)
-        return capacity.within(mem.gpu, setup.system.gpu_memory)
-
-    return int(largest_true(ok, (), SEARCH_LIMIT))
+    """Return the longest context whose weights, cache and buffers all fit (0: none), as chapter 02."""
+    return int(memory_fit.longest_context(setup, batch))
 
 
 def verdict(
@@ -169,21 +165,21 @@ def verdict(
     """Return the verdict for one profile (catalog id, profile path or System) and one workload."""
     system = hardware if isinstance(hardware, System) else load_system(hardware)
     model = load_model(workload.model)
-    n, b = int(workload.context), int(workload.batch)
+    n, b, g = int(workload.context), int(workload.batch), int(workload.generate)
+    last = n + g - 1  # the context of the last decode step: the fit is checked there
     on_gpu, offloaded = _setups(system, model, workload)
-    mem = decode.memory(on_gpu, n, b)
-    placed = decode_step.place(offloaded, n, b)
-    longest = decode_budget.budget_contexts(placed.setup, budget_ms / 1e3, [b])
-    cache = float(kv.batch_bytes(on_gpu.cache_model, n, b, on_gpu.kv))
+    placed = decode_step.place(offloaded, last, b)
+    longest = decode_budget.budget_contexts(placed.setup, budget_ms / 1e3, [b], g)
+    cache = float(kv.batch_bytes(on_gpu.cache_model, last, b, on_gpu.kv))
     return Verdict(
         system_id=system.id,
         system_name=system.name,
         model_name=model.name,
         workload=workload,
         budget_ms=float(budget_ms),
-        gpu_ms=float(decode.step(on_gpu, n, b).total) * 1e3,
-        gpu_fits=bool(np.all(capacity.fits(system, mem.gpu, mem.cpu, mem.disk))),
-        offloaded_ms=float(decode.step(placed.setup, n, b).total) * 1e3,
+        gpu_ms=float(decode.tpot(on_gpu, n, g, b)) * 1e3,
+        gpu_fits=bool(np.all(memory_fit.fits(on_gpu, last, b))),
+        offloaded_ms=float(decode.tpot(placed.setup, n, g, b)) * 1e3,
         offloaded_fits=placed.fits,
         weights_gpu_share=placed.gpu_share,
         longest_offloaded=int(longest.no_overlap[0]),
