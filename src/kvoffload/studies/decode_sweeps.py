@@ -19,7 +19,7 @@ def overlap_frame(setup: decode.Setup, contexts: ArrayLike, batch: int = 1) -> p
     contexts = np.asarray(contexts)
     rows = []
     for mode in decode.OVERLAP_MODES:
-        t = decode.step(setup, contexts, batch, mode).total * 1e3
+        t = decode.tpot(setup, contexts, 1, batch, mode) * 1e3
         mem = decode.memory(setup.with_overlap(mode), contexts, batch)
         fits = np.broadcast_to(
             capacity.fits(setup.system, mem.gpu, mem.cpu, mem.disk), contexts.shape
@@ -73,7 +73,7 @@ def batch_frame(setup: decode.Setup, context: int, batches: ArrayLike) -> pd.Dat
         ("all KV in host memory", offloaded),
         ("KV on the GPU until it is full", spilled),
     ):
-        t = decode.step(st, context, batches).total * 1e3
+        t = decode.tpot(st, context, 1, batches) * 1e3
         fits = _fits(st, context, batches)
         rows += [
             {"placement": name, "batch": int(b), "tpot_ms": float(v), "fits": bool(f)}
@@ -152,8 +152,8 @@ def spill_slopes(setup: decode.Setup, context: int, batches: ArrayLike) -> Spill
     on_gpu = np.asarray(spilled.placement.kv.gpu)
     last = len(batches) - 1
     full = int(np.argmax(on_gpu < 1)) if np.any(on_gpu < 1) else last
-    t_spill = decode.step(spilled, context, batches).total * 1e3
-    t_all = decode.step(offloaded, context, batches).total * 1e3
+    t_spill = decode.tpot(spilled, context, 1, batches) * 1e3
+    t_all = decode.tpot(offloaded, context, 1, batches) * 1e3
     fits = np.logical_and.accumulate(
         _fits(spilled, context, batches) & _fits(offloaded, context, batches)
     )
