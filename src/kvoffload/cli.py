@@ -364,6 +364,7 @@ def _measure(args: argparse.Namespace) -> int:
     import socket
 
     from kvoffload.spec import catalog
+    from kvoffload.spec.signals import Interrupted, stop_on_signals
     from kvoffload.studies import measure
 
     if args.base not in catalog.systems():
@@ -381,7 +382,7 @@ def _measure(args: argparse.Namespace) -> int:
     try:
         # Ctrl-C, kill and a closed terminal stop it cleanly: the scratch file and any
         # half-written profile are removed on the way out
-        with measure.stop_on_signals():
+        with stop_on_signals():
             try:
                 report = measure.run(quick=args.quick, directory=directory, progress=progress)
             finally:
@@ -391,7 +392,7 @@ def _measure(args: argparse.Namespace) -> int:
                 report, base=args.base, ident=ident, name=f"{host}, measured by kvoffload"
             )
             measure.write_profile(raw, out)
-    except measure.Interrupted as stop:
+    except Interrupted as stop:
         print(
             f"kvoffload: measure stopped by {stop.name}: its scratch file was removed and "
             "no profile was written",
@@ -583,7 +584,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except BrokenPipeError:  # e.g. piped into head
         return 0
-    except KeyboardInterrupt as exc:  # Ctrl-C; the build turns SIGTERM and SIGHUP into one too
+    except KeyboardInterrupt as exc:  # Ctrl-C, or spec.signals.Interrupted (SIGTERM, SIGHUP too)
         return _interrupted(args.command, exc)
 
 
@@ -591,7 +592,7 @@ def _interrupted(command: str, exc: KeyboardInterrupt) -> int:
     """Print one line for an interrupted command; return 128 + the signal's number."""
     import signal
 
-    try:  # the build raises KeyboardInterrupt("SIGTERM"); a plain Ctrl-C has no message
+    try:  # Interrupted's message is the signal's name; a plain Ctrl-C has no message
         stop = signal.Signals[str(exc)]
     except KeyError:
         stop = signal.SIGINT

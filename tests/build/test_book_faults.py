@@ -16,9 +16,9 @@ import psutil
 import pytest
 
 from kvoffload.build.jupyterbook import swap_in
+from kvoffload.build.lock import exclusive
 from kvoffload.build.profiles import ordered_profiles, plan, resolve_profile
 from kvoffload.build.runner import cached, chapters
-from kvoffload.build.signals import exclusive
 from kvoffload.build.site import EXECUTED, LOCK
 from tests.support.chapters import write_chapter
 

@@ -13,6 +13,7 @@ import yaml
 from kvoffload.spec import catalog
 from kvoffload.spec.errors import InputError
 from kvoffload.spec.hardware import PART_MODELS, build_system, load_system
+from kvoffload.spec.signals import Interrupted
 from kvoffload.spec.units import Dim, parse_quantity
 from kvoffload.studies import measure
 from tests.support.samples import TINY
@@ -252,10 +253,10 @@ def test_a_full_disk_leaves_no_temporary_file_and_the_old_profile_whole(
 def test_the_scratch_file_is_removed_when_the_measurement_is_interrupted(tmp_path, monkeypatch):
     def interrupted(*_args, **_kwargs):
         assert list(tmp_path.glob(".kvoffload-measure-*"))  # it exists while reads run
-        raise measure.Interrupted(15)
+        raise Interrupted(15)
 
     monkeypatch.setattr(measure, "_random_reads", interrupted)
-    with pytest.raises(measure.Interrupted):
+    with pytest.raises(Interrupted):
         measure.storage(TINY, measure.Report(), lambda _: None, tmp_path)
     assert not list(tmp_path.glob(".kvoffload-measure-*"))
 
@@ -264,10 +265,10 @@ def test_a_stop_is_not_swallowed_as_a_failed_part(tmp_path, monkeypatch):
     """The GPU part turns any Exception into a skip; a stop signal must still stop everything."""
 
     def stopped(*_args):
-        raise measure.Interrupted(2)
+        raise Interrupted(2)
 
     monkeypatch.setattr(measure, "gpu", stopped)
-    with pytest.raises(measure.Interrupted):
+    with pytest.raises(Interrupted):
         measure.run_plan(TINY, directory=tmp_path)
 
 

@@ -1,7 +1,9 @@
-"""`kvoffload measure` stopped by Ctrl-C, kill or a closed terminal: no scratch file, one line."""
+"""Stop signals: `kvoffload measure` stopped by Ctrl-C, kill or a closed terminal leaves no scratch
+file and says so in one line; spec.signals.stop_on_signals keeps an ignored signal ignored."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -10,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from kvoffload.spec.signals import Interrupted, stop_on_signals
 from tests.support.paths import REPO
 
 # `kvoffload measure --quick`, with a plan small enough for a test: the host-memory part is
@@ -127,3 +130,69 @@ def test_a_signal_ignored_at_the_start_stays_ignored(tmp_path):
     _, stderr = proc.communicate(timeout=WAIT_S * 2)
     assert proc.returncode == 0, stderr
     assert out.is_file() and not list(scratch_dir.glob(SCRATCH))
+
+
+# -- spec.signals.stop_on_signals on its own, as `kvoffload book` and `measure` use it ----------
+# code inside the block that sleeps, then says whether it finished or was stopped
+SLEEPER = """
+import sys, time
+from kvoffload.spec.signals import Interrupted, stop_on_signals
+try:
+    with stop_on_signals():
+        print("ready", flush=True)
+        time.sleep(float(sys.argv[1]))
+    print("finished", flush=True)
+except Interrupted as stop:
+    print(f"stopped by {stop.name}", flush=True)
+    sys.exit(128 + stop.signum)
+"""
+
+
+def _sleeper(seconds: float, preexec) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLEEPER, str(seconds)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=preexec,
+    )
+    assert proc.stdout.readline() == "ready\n", proc.communicate()
+    return proc
+
+
+def test_under_nohup_a_hangup_is_ignored_and_the_block_finishes():
+    """A command started with SIGHUP ignored (`nohup kvoffload book`) survives `kill -HUP`."""
+    proc = _sleeper(1.0, lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    proc.send_signal(signal.SIGHUP)
+    out, err = proc.communicate(timeout=WAIT_S)
+    assert (proc.returncode, out, err) == (0, "finished\n", "")
+
+
+def test_with_the_default_hangup_the_block_is_stopped():
+    proc = _sleeper(WAIT_S, _as_from_a_terminal)
+    proc.send_signal(signal.SIGHUP)
+    out, err = proc.communicate(timeout=WAIT_S)
+    assert (proc.returncode, out, err) == (128 + signal.SIGHUP, "stopped by SIGHUP\n", "")
+
+
+@pytest.mark.skipif(
+    signal.getsignal(signal.SIGTERM) is signal.SIG_IGN, reason="SIGTERM is ignored here"
+)
+def test_the_first_signal_raises_and_a_later_one_lets_the_clean_up_finish():
+    """Interrupted is a KeyboardInterrupt (the build's Ctrl-C handling catches it); nested blocks
+    share one stop, and the handlers before the outer block are back after it."""
+    before = signal.getsignal(signal.SIGTERM)
+    cleaned = []
+    # nested as the book's runner is inside its site build
+    with pytest.raises(KeyboardInterrupt) as stop, stop_on_signals(), stop_on_signals():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(WAIT_S)
+        finally:
+            os.kill(os.getpid(), signal.SIGTERM)  # during the clean-up: does nothing
+            time.sleep(0.01)
+            cleaned.append(True)
+    assert isinstance(stop.value, Interrupted) and stop.value.signum == signal.SIGTERM
+    assert str(stop.value) == "SIGTERM" and cleaned == [True]
+    assert signal.getsignal(signal.SIGTERM) is before

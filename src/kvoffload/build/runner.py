@@ -18,8 +18,8 @@ from typing import Any
 from kvoffload.build import notebook_cache
 from kvoffload.build.errors import ChapterError
 from kvoffload.build.kernels import KERNEL_NAME, CellFailure, Kernel, KernelBroken
-from kvoffload.build.signals import stop_on_signals
 from kvoffload.spec.errors import InputError
+from kvoffload.spec.signals import stop_on_signals
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the whole kvoffload package
 LOCK_FILE = "requirements.lock"  # the pinned versions: a change re-executes every chapter

@@ -10,11 +10,12 @@ from pathlib import Path
 
 from kvoffload.build.assets import vendor_assets
 from kvoffload.build.jupyterbook import WarmSphinx, build_and_swap
+from kvoffload.build.lock import exclusive
 from kvoffload.build.pages import prune, refuse_error_outputs, write_pages
 from kvoffload.build.profiles import ordered_profiles, plan, resolve_profile
 from kvoffload.build.runner import Outcome, chapters, package_memo, run_jobs
-from kvoffload.build.signals import exclusive, stop_on_signals
 from kvoffload.report import calculator_page
+from kvoffload.spec.signals import stop_on_signals
 
 EXECUTED = Path("_build") / ".cache" / "executed"  # each chapter's last run, per profile
 DERIVED = Path("_build") / ".cache" / "derived"  # what the build computes from the package alone

@@ -10,7 +10,6 @@ import mmap
 import os
 import platform
 import secrets
-import signal
 import socket
 import stat
 import tempfile
@@ -47,54 +46,6 @@ from kvoffload.spec.units import format_bandwidth, format_bytes
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 SCRATCH_PREFIX = ".kvoffload-measure-"  # the storage test's scratch file, removed on every exit
 PROFILE_MODE = 0o644  # a profile is shared like any config file (less where the umask says so)
-# the signals that stop a measurement cleanly: Ctrl-C, kill, and a closed terminal
-STOP_SIGNALS = tuple(
-    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
-)
-
-
-class Interrupted(BaseException):
-    """A stop signal arrived: raised in the main thread so every ``finally`` cleans up.
-
-    A BaseException, like KeyboardInterrupt, so that no ``except Exception`` swallows it.
-    """
-
-    def __init__(self, signum: int):
-        self.signum = signum
-        self.name = signal.Signals(signum).name
-        super().__init__(self.name)
-
-
-@contextlib.contextmanager
-def stop_on_signals() -> Iterator[None]:
-    """Turn SIGINT, SIGTERM and SIGHUP into ``Interrupted`` while the block runs.
-
-    The first signal raises; any later one does nothing, so that the clean-up it started (the
-    scratch file removed, the reader threads joined) runs to its end. A signal ignored
-    when the block starts stays ignored; outside the main thread, where Python cannot set
-    handlers, the block runs as it is.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    stopping: list[int] = []
-
-    def stop(signum: int, _frame: object) -> None:
-        if not stopping:  # not SIG_IGN: a signal already pending would then warn on stderr
-            stopping.append(signum)
-            raise Interrupted(signum)
-
-    # a signal ignored when the command started stays ignored (`nohup`, a background job)
-    previous = {
-        sig: signal.signal(sig, stop)
-        for sig in STOP_SIGNALS
-        if signal.getsignal(sig) is not signal.SIG_IGN
-    }
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 @dataclass(frozen=True)

@@ -1,40 +1,14 @@
-"""Stop a build on SIGTERM and SIGHUP as on Ctrl-C, and hold one build per folder at a time."""
+"""Hold one build per folder at a time: an exclusive lock that ends with its holder."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import os
-import signal
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 from kvoffload.spec.errors import InputError
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(signal.Signals(signum).name)
-
-
-@contextlib.contextmanager
-def stop_on_signals() -> Iterator[None]:
-    """Turn SIGTERM and SIGHUP into KeyboardInterrupt in the main thread while the block runs.
-
-    The code that handles Ctrl-C (kill the kernels, keep the last site) then handles them too;
-    outside the main thread, where handlers cannot be set, the block runs unchanged.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {s: signal.signal(s, _interrupt) for s in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
 
 
 @contextlib.contextmanager
