@@ -1,5 +1,7 @@
 """Placement by tensor group in the step model: bytes conserved, the whole split recovered."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -77,3 +79,33 @@ def test_bad_group_placements_name_the_field(weights, problem):
     with pytest.raises(InputError, match=problem) as err:
         parse_scenario({**BASE, "placement": {"weights": weights}}, name="s.yaml")
     assert "placement.weights" in str(err.value)
+
+
+@pytest.mark.parametrize("compute", ["cpu", "gpu"])
+def test_another_overlap_mode_keeps_the_group_placement(compute):
+    # gpt-oss-20b's routed experts in host memory: with_overlap once rebuilt the placement field
+    # by field and dropped its groups, so the experts came back to the GPU's memory
+    placement = {"weights": {"experts": {"cpu": 1.0, "compute": compute}}}
+    sc = parse_scenario({**BASE, "placement": placement})
+    context, batch = sc.prompt + sc.generate, sc.batch
+    none = decode.memory(sc.setup, context, batch)
+    working = float(decode.prefill_reserve(sc.model, batch))  # the prompt is over one chunk
+    for mode in decode.OVERLAP_MODES:
+        setup = sc.setup.with_overlap(mode)
+        assert setup.placement == replace(sc.setup.placement, overlap=mode)
+        assert setup.placement.groups == sc.setup.placement.groups != ()
+        # the same as the scenario that names the mode itself
+        direct = parse_scenario({**BASE, "overlap": mode, "placement": placement}).setup
+        mem = decode.memory(setup, context, batch)
+        assert float(mem.gpu) == float(decode.memory(direct, context, batch).gpu)
+        # weights and KV do not depend on the mode, nor does host memory
+        assert float(mem.gpu - mem.staging) == float(none.gpu - none.staging)
+        assert float(mem.cpu) == float(none.cpu)
+        # staging: the streamed layer's weight buffers (1 with overlap none, 2 otherwise; the KV
+        # stays on the GPU) beside the prefill's working set. Experts computed where they lie
+        # stream nothing; streamed ones add one layer's experts per buffer
+        layer = float(none.staging) - working
+        assert float(mem.staging) == pytest.approx(working + (1 if mode == "none" else 2) * layer)
+        assert (layer == 0) == (compute == "cpu")
+    # the experts, most of gpt-oss-20b's bytes in MXFP4, stay off the GPU
+    assert float(none.cpu) > 2 * float(none.gpu - none.staging)

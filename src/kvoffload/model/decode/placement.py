@@ -108,9 +108,8 @@ class Setup:
         return replace(self.model, n_kv_heads=self.kv_heads_stored)
 
     def with_overlap(self, overlap: str) -> Setup:
-        """Return the same setup with another overlap mode."""
-        p = self.placement
-        return replace(self, placement=Placement(p.weights, p.kv, p.attention, overlap, p.pinned))
+        """Return the same setup with another overlap mode (every other placement field kept)."""
+        return replace(self, placement=replace(self.placement, overlap=overlap))
 
 
 def offloaded(system: System, model: Model, overlap: str = "none") -> Setup:
