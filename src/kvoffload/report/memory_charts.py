@@ -9,7 +9,7 @@ from kvoffload.report.charting import limit_line, log_axis, note_coinciding
 
 
 def memory_fit_chart(fit: pd.DataFrame) -> alt.LayerChart:
-    """Chart weights + KV against context per batch, with the GPU memory as a dashed rule.
+    """Chart weights + KV + buffers against context per batch, the GPU memory as a dashed rule.
 
     ``fit`` is ``studies.memory_fit.memory_fit_frame``; its ``capacity_gb`` is every GPU's memory.
     """
@@ -19,13 +19,15 @@ def memory_fit_chart(fit: pd.DataFrame) -> alt.LayerChart:
         .mark_line(point=alt.OverlayMarkDef(size=14))
         .encode(
             x=log_axis("context", "context (tokens)"),
-            y=alt.Y("total_gb:Q", scale=alt.Scale(type="log"), title="weights + KV cache (GB)"),
+            y=alt.Y(
+                "total_gb:Q", scale=alt.Scale(type="log"), title="weights + KV cache + buffers (GB)"
+            ),
             color=alt.Color("batch:O", title="batch", legend=alt.Legend(direction="horizontal")),
             tooltip=[
                 alt.Tooltip("batch:O"),
                 alt.Tooltip("context:Q", format=","),
                 alt.Tooltip("kv_gb:Q", title="KV (GB)", format=".3g"),
-                alt.Tooltip("total_gb:Q", title="weights + KV (GB)", format=".3g"),
+                alt.Tooltip("total_gb:Q", title="weights + KV + buffers (GB)", format=".3g"),
                 alt.Tooltip("fits:N", title="fits in GPU memory"),
             ],
         )
