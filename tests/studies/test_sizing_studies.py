@@ -7,6 +7,7 @@ import pytest
 
 from kvoffload.model import kv, transfer
 from kvoffload.spec.hardware import load_system
+from kvoffload.spec.limits import MAX_CONTEXT_TOKENS
 from kvoffload.spec.models import load_model
 from kvoffload.spec.precision import KvFormat
 from kvoffload.spec.units import format_bytes
@@ -99,3 +100,27 @@ def test_models_shown_beyond_their_context_are_marked():
     table = kv_tables.model_kv_table(sizes, 128_000)
     cells = list(table["per request at 128,000 tokens"])
     assert "beyond its 8,192-token context" in cells[0] and "beyond" not in cells[1]
+
+
+@pytest.mark.parametrize("ident", ["llama-3.1-8b", "qwen3-8b", "mistral-7b-v0.1", "deepseek-v3"])
+def test_chapter_02_s_memory_is_the_step_model_s_one_footprint(ident):
+    from kvoffload.model import capacity, decode
+
+    m = load_model(ident)
+    contexts, batches = np.array([1, 100, 2_047, 2_048, 4_096, 128_000]), np.array([1, 16])
+    grid = memory_fit.memory_fit_frame(ARTICLE, m, contexts, batches)
+    bb, ss = np.meshgrid(batches, contexts, indexing="ij")
+    mem = decode.memory(decode.Setup(ARTICLE, m), ss, bb)
+    assert grid["total_gb"].tolist() == (mem.gpu.ravel() / 1e9).tolist()  # below 2,048 tokens too
+    fit = capacity.fits(ARTICLE, mem.gpu, mem.cpu, mem.disk).ravel()
+    assert grid["fits"].tolist() == fit.tolist()
+    longest = memory_fit.longest_fit(ARTICLE, m, batches).tokens
+    setup = decode.Setup(ARTICLE, m)
+    for b, n in zip(batches, longest, strict=True):
+        assert n == 0 or memory_fit.fits(setup, n, b)
+        assert n == MAX_CONTEXT_TOKENS or not memory_fit.fits(setup, n + 1, b)
+
+
+def test_a_cache_that_stops_growing_fits_up_to_the_one_search_cap():
+    fit = memory_fit.longest_fit(ARTICLE, load_model("mistral-7b-v0.1"), [1])
+    assert int(fit.tokens[0]) == MAX_CONTEXT_TOKENS  # every layer slides: the cap, not 10M

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from kvoffload.model import capacity, decode
-from kvoffload.spec.hardware import load_system
+from kvoffload.spec.hardware import load_system, system_ids
+from kvoffload.spec.limits import MAX_CONTEXT_TOKENS
 from kvoffload.spec.models import load_model
 from kvoffload.studies import decode_budget, decode_step, verdict
 from kvoffload.studies.verdict import HEADLINE, Workload
@@ -114,3 +115,63 @@ def test_a_machine_row_holds_the_verdicts_at_three_contexts():
     assert row.longest_offloaded == head.longest_offloaded
     assert row.longest_on_gpu == head.longest_on_gpu
     assert np.all(np.diff(row.offloaded_ms) > 0)  # a longer context costs more
+
+
+def _predicted_tpot_ms(system: str, w: Workload, placement: dict | None = None) -> float:
+    """Return ``kvoffload predict``'s tpot_ms for the workload (the generic engine)."""
+    from kvoffload.engines.scenario import parse_scenario, predict
+
+    raw = {
+        "hardware": system,
+        "model": w.model,
+        "precision": {"weights": w.weights, "kv": w.kv},
+        "workload": {"batch": w.batch, "prompt": w.context, "generate": w.generate},
+        **({"placement": placement} if placement else {}),
+    }
+    return predict(parse_scenario(raw), check=False).to_json()["tpot_ms"]
+
+
+@pytest.mark.parametrize("system", system_ids())
+def test_the_verdict_s_tpot_is_predict_s_for_the_same_scenario(system):
+    w = Workload(HEADLINE.model, 8_000, 2, generate=64)
+    v = verdict.verdict(system, w)
+    assert v.gpu_ms == pytest.approx(_predicted_tpot_ms(system, w), rel=1e-12)
+    share = v.weights_gpu_share
+    offloaded = {
+        "weights": {"gpu": share, "cpu": 1 - share},
+        "kv": {"cpu": 1.0},
+    }
+    assert v.offloaded_ms == pytest.approx(_predicted_tpot_ms(system, w, offloaded), rel=1e-12)
+
+
+def test_tpot_over_one_generated_token_is_the_step():
+    v = verdict.verdict("article-reference", replace(HEADLINE, generate=1))
+    assert v.gpu_ms == verdict.verdict("article-reference").gpu_ms
+    longer = verdict.verdict("article-reference", replace(HEADLINE, generate=512))
+    assert longer.offloaded_ms > v.offloaded_ms  # the context grows as it generates
+    assert "512 tokens generated" in verdict.describe(longer.workload)
+
+
+LAYOUTS = (
+    "llama-3.1-8b",
+    "llama-2-7b",
+    "mistral-7b-v0.1",
+    "deepseek-v3",
+    "qwen3-next-80b-a3b",
+    "gpt-oss-20b",
+)
+
+
+@pytest.mark.parametrize("system", system_ids())
+def test_the_verdict_s_longest_context_on_the_gpu_is_chapter_02_s(system):
+    from kvoffload.studies import memory_fit
+
+    hw = load_system(system)
+    # dense GQA, MHA, a sliding window that stops the cache (unbounded), MLA, hybrid SSM, MoE
+    for ident in LAYOUTS:
+        v = verdict.verdict(hw, Workload(ident, 1_000))
+        fit = memory_fit.longest_fit(hw, load_model(ident), [1])
+        assert v.longest_on_gpu == int(fit.tokens[0]), ident
+    unbounded = verdict.verdict(hw, Workload("mistral-7b-v0.1", 1_000))
+    if unbounded.weights_fit:  # its cache stops at the 4,096-token window: the search's cap
+        assert unbounded.longest_on_gpu == MAX_CONTEXT_TOKENS
