@@ -15,7 +15,7 @@ import sys
 import pytest
 import yaml
 
-from kvoffload.engines import streaming
+from kvoffload.engines import hf_accelerate
 from kvoffload.engines.scenario import parse_scenario, predict
 from kvoffload.model import kv
 
@@ -42,7 +42,7 @@ def test_fill_follows_accelerates_order_and_keeps_room_for_the_largest_layer():
     # GPU 0: room 6 - 2 = 4: embedding (1), layer 0 (3), layer 1 would make 5 -> next device;
     # cpu: room 5 - 2 = 3: layer 1 (2), layer 2 would make 4 -> disk: layers 2, 3 and the head
     sizes = (1.0, 2.0, 2.0, 2.0, 2.0, 1.0)
-    got = streaming.infer_auto_device_map(sizes, {0: 6.0, "cpu": 5.0})
+    got = hf_accelerate.infer_auto_device_map(sizes, {0: 6.0, "cpu": 5.0})
     assert got == [0, 0, "cpu", "disk", "disk", "disk"]
 
 
@@ -50,9 +50,9 @@ def test_fill_releases_the_reserve_once_the_largest_layers_are_placed():
     # the reserve follows the largest layer still to place: with the big one gone, the last
     # small ones fit where it did not
     sizes = (1.0, 3.0, 1.0, 1.0)
-    assert streaming.infer_auto_device_map(sizes, {0: 6.0, "cpu": 0.0}) == [0, 0, 0, 0]
+    assert hf_accelerate.infer_auto_device_map(sizes, {0: 6.0, "cpu": 0.0}) == [0, 0, 0, 0]
     # 1 + 3 fit under 6 - 3; then the reserve is 1: 4 + 1 <= 5, 5 + 1 <= 5 fails
-    assert streaming.infer_auto_device_map((1.0, 3.0, 1.0, 1.0, 1.0), {0: 6.0}) == [
+    assert hf_accelerate.infer_auto_device_map((1.0, 3.0, 1.0, 1.0, 1.0), {0: 6.0}) == [
         0,
         0,
         0,
@@ -63,7 +63,7 @@ def test_fill_releases_the_reserve_once_the_largest_layers_are_placed():
 
 def test_second_gpu_keeps_no_reserve():
     # only GPU 0 and the host are main devices
-    got = streaming.infer_auto_device_map((2.0, 2.0, 2.0), {0: 4.0, 1: 4.0, "cpu": 0.0})
+    got = hf_accelerate.infer_auto_device_map((2.0, 2.0, 2.0), {0: 4.0, 1: 4.0, "cpu": 0.0})
     assert got == [0, 1, 1]
 
 
@@ -83,7 +83,7 @@ def test_a_lone_gpu_gives_ninety_percent_unless_max_memory_is_given():
 def test_several_gpus_are_balanced_and_the_last_keeps_all_of_its_memory():
     sc = scenario({"weights": "auto"}, hardware=TWO)
     pred = predict(sc, check=False)
-    sizes, _ = streaming.units(sc.model, sc.setup.weights)
+    sizes, _ = hf_accelerate.units(sc.model, sc.setup.weights)
     per_gpu = sum(sizes) // 2 + int(1.25 * sizes[1])
     mm = pred.settings["max_memory_bytes"]
     assert mm["gpu0"] == per_gpu
@@ -99,8 +99,8 @@ def test_max_memory_fills_each_tier_in_order_within_its_limit():
     n = sc.model.n_layers
     assert s["layers_per_gpu"][0] + s["layers_on_cpu"] + s["layers_on_disk"] == n
     assert s["layers_per_gpu"][0] > 0 and s["layers_on_cpu"] > 0 and s["layers_on_disk"] > 0
-    sizes, _ = streaming.units(sc.model, sc.setup.weights)
-    dm = streaming.device_map(sc)
+    sizes, _ = hf_accelerate.units(sc.model, sc.setup.weights)
+    dm = hf_accelerate.device_map(sc)
     largest = max(sizes)
     assert dm.bytes_on("gpu") <= 20 * GiB - largest
     assert dm.bytes_on("cpu") <= 60 * GiB - largest
@@ -130,7 +130,7 @@ def test_step_is_the_step_model_with_the_maps_shares():
 def test_memory_counts_whole_layers_and_room_for_the_largest_offloaded_one():
     sc = scenario({"weights": "auto", "max_memory": {"gpu": "20 GiB", "cpu": "60 GiB"}})
     pred = predict(sc, check=False)
-    dm = streaming.device_map(sc)
+    dm = hf_accelerate.device_map(sc)
     final = sc.prompt + sc.generate
     kv_all = float(kv.batch_bytes(sc.model, final, sc.batch, sc.setup.kv))
     assert float(pred.memory.gpu) == pytest.approx(
@@ -139,7 +139,7 @@ def test_memory_counts_whole_layers_and_room_for_the_largest_offloaded_one():
     assert float(pred.memory.cpu) == dm.bytes_on("cpu")
     assert float(pred.memory.disk) == dm.bytes_on("disk")
     total = dm.bytes_on("gpu") + dm.bytes_on("cpu") + dm.bytes_on("disk")
-    assert total == sum(streaming.units(sc.model, sc.setup.weights)[0])
+    assert total == sum(hf_accelerate.units(sc.model, sc.setup.weights)[0])
 
 
 def test_a_model_that_fits_stays_on_the_gpu():
@@ -152,7 +152,7 @@ def test_a_model_that_fits_stays_on_the_gpu():
 def test_offloaded_layers_run_on_gpu_zero():
     # two GPUs full, the rest on the host: after GPU 1 the offloaded layers run on GPU 0 again
     sc = scenario({"weights": "auto", "max_memory": {"gpu": "30 GiB"}}, hardware=TWO)
-    dm = streaming.device_map(sc)
+    dm = hf_accelerate.device_map(sc)
     assert dm.execution[-1] == 0 and 1 in dm.execution
     boundaries, logits_back = dm.hand_overs()
     assert boundaries == 2 and not logits_back

@@ -18,7 +18,7 @@ import sys
 import pytest
 import yaml
 
-from kvoffload.engines import llamacpp, streaming, vllm
+from kvoffload.engines import llamacpp, vllm, zero_inference
 from kvoffload.engines.scenario import ENGINES, parse_scenario, predict
 from kvoffload.model import decode, kv
 from kvoffload.model.prediction import check_fits, predict_setup
@@ -291,7 +291,7 @@ def test_zero_kv_offload_exists_only_for_the_forks_models(tmp_path):
 
 def test_offloaded_kv_bytes_scales_with_the_batch():
     sc = zero("llama-2-70b", True, batch=8)
-    assert streaming.offloaded_kv_bytes(sc, 16) == 2 * streaming.offloaded_kv_bytes(sc, 8)
+    assert zero_inference.offloaded_kv_bytes(sc, 16) == 2 * zero_inference.offloaded_kv_bytes(sc, 8)
 
 
 def test_vllm_leaves_aside_what_gpu_memory_utilization_does_not_give_it():

@@ -154,6 +154,6 @@ def test_a_placement_beside_an_engine_that_places_itself_exits_2_in_one_line(tmp
 
 
 def test_every_engine_that_places_itself_names_its_placement_options():
-    from kvoffload.engines.scenario import ENGINES, PLACEMENT_OPTIONS
+    from kvoffload.engines.registry import ENGINES
 
-    assert set(PLACEMENT_OPTIONS) == set(ENGINES) - {"generic"}
+    assert {e for e, spec in ENGINES.items() if spec.placement_option} == set(ENGINES) - {"generic"}

@@ -3,10 +3,13 @@ numbers beyond the plausible maxima of spec/limits.py, checked before anything i
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from kvoffload.engines import scenario
+from kvoffload.engines import registry, scenario, vllm
 from kvoffload.engines.scenario import ENGINES, parse_scenario, predict
+from kvoffload.engines.spec import SET_BY_ENGINE, EngineSpec, EngineSpecError
 from kvoffload.spec.errors import InputError
 from kvoffload.spec.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_EXPERTS, MAX_GENERATE_TOKENS
 from tests.support.refusals import assert_refused
@@ -53,8 +56,65 @@ def test_a_field_the_engine_sets_itself_is_refused_naming_what_to_use(field, eng
 
 
 def test_every_engine_says_what_expresses_each_field_it_sets_itself():
-    for field, by_engine in scenario.ENGINE_ONLY_FIELDS.items():
-        assert set(by_engine) == set(OTHERS), field
+    for field in SET_BY_ENGINE:
+        assert {e for e in OTHERS if field in ENGINES[e].refuses} == set(OTHERS), field
+
+
+# -- the registry: one declaration per engine, checked when it is built ---------------------------
+def _declaration_error(spec: EngineSpec) -> str:
+    with pytest.raises(EngineSpecError) as err:
+        registry.engine_table(ENGINES["generic"], spec)
+    return str(err.value)
+
+
+def test_a_declaration_missing_a_field_is_refused_naming_the_engine_and_the_field():
+    spec = EngineSpec(  # pin_option left out
+        name="newengine",
+        options=None,
+        predict=vllm.predict,
+        placement_option="options.x",
+        refuses=vllm.ENGINE.refuses,
+        routing_ignored=((), ""),
+    )
+    message = _declaration_error(spec)
+    assert message.startswith("engine 'newengine': EngineSpec.pin_option is missing"), message
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"refuses": {"attention": "say options.x"}}, "refuses"),  # no word for overlap:
+        ({"predict": None}, "predict"),
+        ({"options": dict}, "options"),
+        ({"pin_option": "pinned"}, "pin_option"),  # vLLM has no such option
+        ({"placement_option": ""}, "placement_option"),
+        ({"routing_ignored": (("experts",), "no routing")}, "routing_ignored"),
+        ({"routing_ignored": (("stream",), "")}, "routing_ignored"),
+    ],
+)
+def test_a_declaration_of_the_wrong_shape_is_refused_naming_the_field(change, field):
+    message = _declaration_error(dataclasses.replace(vllm.ENGINE, **change))
+    assert message.startswith(f"engine 'vllm': EngineSpec.{field} "), message
+
+
+def test_an_engine_declared_twice_is_refused():
+    with pytest.raises(EngineSpecError, match="'vllm' is declared twice"):
+        registry.engine_table(vllm.ENGINE, vllm.ENGINE)
+
+
+def test_the_registry_lists_every_engine_once_in_the_order_errors_name_them():
+    assert list(ENGINES) == [
+        "generic", "llamacpp", "vllm", "flexgen", "zero-inference", "hf-accelerate", "infllm",
+    ]  # fmt: skip
+    assert all(name == spec.name for name, spec in ENGINES.items())
+
+
+def test_an_unknown_engine_is_refused_in_one_line_listing_the_engines():
+    err = _refusal({**BASE, "engine": "nope"})
+    assert err.field == "engine" and err.problem == (
+        "engine 'nope' is not known; engines: generic, llamacpp, vllm, flexgen, "
+        "zero-inference, hf-accelerate, infllm"
+    )
 
 
 @pytest.mark.parametrize("field", ["attention", "overlap"])

@@ -19,6 +19,7 @@ import msgspec
 import numpy as np
 from msgspec import Meta
 
+from kvoffload.engines.spec import EngineSpec
 from kvoffload.model import decode, kv
 from kvoffload.model.prediction import Prediction, Scenario, predict_setup
 from kvoffload.spec.errors import InputError
@@ -87,3 +88,23 @@ def predict(sc: Scenario) -> Prediction:
         | {"attended_tokens": attended, "moved_tokens_per_layer": moved},
         policy=f"attends over {attended:,} tokens, moves {moved:,} tokens per layer and step ({o.topk} blocks of {o.block_size}, {o.hit_rate:.0%} cache hits)",
     )
+
+
+ENGINE = EngineSpec(
+    name="infllm",
+    options=Options,
+    predict=predict,
+    placement_option="options.n_local, options.topk and options.cached_blocks",
+    pin_option=None,
+    refuses={
+        "attention": "InfLLM attends on the GPU over the blocks it selects; set options.topk, "
+        "options.n_local and options.cached_blocks instead",
+        "overlap": "InfLLM always prefetches the selected blocks (pipeline) and has no overlap "
+        "option; use engine: generic to compare overlap modes",
+    },
+    routing_ignored=(
+        ("stream", "gpu_hit_rate"),
+        "InfLLM keeps every weight on the GPU, so no expert is streamed; "
+        "leave routing.stream and routing.gpu_hit_rate out",
+    ),
+)

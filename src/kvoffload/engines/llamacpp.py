@@ -41,6 +41,7 @@ import msgspec
 import numpy as np
 from msgspec import Meta
 
+from kvoffload.engines.spec import EngineSpec
 from kvoffload.model import cpu_rate, decode, kv, routing, tensor_groups, transfer
 from kvoffload.model.prediction import Prediction, Resolved, Scenario
 from kvoffload.model.tensor_groups import TensorTable
@@ -420,3 +421,25 @@ def tensor_groups_summary(table: TensorTable, on_gpu: np.ndarray, layer_on_gpu: 
         if b
     ]
     return ", ".join(words) or "nothing moved"
+
+
+ENGINE = EngineSpec(
+    name="llamacpp",
+    options=Options,
+    predict=predict,
+    placement_option="options.n_gpu_layers (and options.no_kv_offload)",
+    pin_option=None,
+    refuses={
+        "attention": "say options.no_kv_offload: true to keep the KV cache in host memory "
+        "and attend on the CPU",
+        "overlap": "llama.cpp runs the graph's nodes in order and has no overlap option; "
+        "use engine: generic to compare overlap modes",
+    },
+    # llama.cpp never copies weights to the GPU per step, so there is nothing to stream
+    routing_ignored=(
+        ("stream", "gpu_hit_rate"),
+        "llama.cpp computes each expert where it lies and never streams experts to the GPU; "
+        "say where experts live with options.n_cpu_moe, options.cpu_moe or "
+        "options.override_tensor instead",
+    ),
+)

@@ -1,33 +1,96 @@
-"""The engines by name: each one's options schema and its prediction."""
+"""The engines by name: every engine module's ``ENGINE``, listed once and checked at import."""
 
 from __future__ import annotations
 
-from types import ModuleType
+import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
-from kvoffload.engines import flexgen, infllm, llamacpp, streaming, vllm
+import msgspec
+
+from kvoffload.engines import (
+    flexgen,
+    generic,
+    hf_accelerate,
+    infllm,
+    llamacpp,
+    vllm,
+    zero_inference,
+)
+from kvoffload.engines.spec import REQUIRED, SET_BY_ENGINE, EngineSpec, EngineSpecError
 from kvoffload.model.prediction import Prediction, Scenario
+from kvoffload.model.routing import Routing
 from kvoffload.spec.errors import InputError
 from kvoffload.spec.text import Strict, validate
 
+_ROUTING_FIELDS = tuple(f.name for f in dataclasses.fields(Routing))
 
-def _modules() -> dict[str, ModuleType]:
-    return {
-        "llamacpp": llamacpp,
-        "vllm": vllm,
-        "flexgen": flexgen,
-        "zero-inference": streaming,
-        "hf-accelerate": streaming,
-        "infllm": infllm,
-    }
+
+def _problem(spec: EngineSpec) -> tuple[str, str] | None:
+    """Return (field, what is wrong) for the first field of ``spec`` that is not declared right."""
+    for f in dataclasses.fields(EngineSpec):
+        if getattr(spec, f.name) is REQUIRED:
+            return f.name, "is missing: every field of EngineSpec must be declared"
+    if not isinstance(spec.name, str) or not spec.name:
+        return "name", "must be a non-empty string"
+    o = spec.options
+    if o is not None and not (isinstance(o, type) and issubclass(o, Strict)):
+        return "options", "must be a spec.text.Strict subclass or None"
+    if not callable(spec.predict):
+        return "predict", "must be a function of a Scenario returning a Prediction"
+    if spec.placement_option is not None and (
+        not isinstance(spec.placement_option, str) or not spec.placement_option
+    ):
+        return "placement_option", "must name the options that place the engine, or be None"
+    if spec.pin_option is not None:
+        names = () if o is None else tuple(x.encode_name for x in msgspec.structs.fields(o))
+        if spec.pin_option not in names or not hasattr(o, spec.pin_option):
+            return "pin_option", f"{spec.pin_option!r} is not one of its options {names}"
+    refuses = spec.refuses
+    want = set() if spec.placement_option is None else set(SET_BY_ENGINE)
+    if not isinstance(refuses, Mapping) or set(refuses) != want:
+        return "refuses", (
+            f"must be a mapping of {', '.join(SET_BY_ENGINE)} to what to say instead"
+            if want
+            else "must be empty for the step model (placement_option None)"
+        )
+    if any(not isinstance(m, str) or not m for m in refuses.values()):
+        return "refuses", "each message must be a non-empty string"
+    ignored = spec.routing_ignored
+    if not (isinstance(ignored, tuple) and len(ignored) == 2 and isinstance(ignored[1], str)):
+        return "routing_ignored", "must be (routing fields, message)"
+    fields, message = ignored
+    if not isinstance(fields, tuple) or any(x not in _ROUTING_FIELDS for x in fields):
+        return "routing_ignored", f"its fields must be a tuple of {', '.join(_ROUTING_FIELDS)}"
+    if bool(fields) != bool(message):
+        return "routing_ignored", "a message goes with the fields, and none without"
+    return None
+
+
+def engine_table(*specs: EngineSpec) -> dict[str, EngineSpec]:
+    """Return the engines by name, in order; EngineSpecError names an engine and its bad field."""
+    table: dict[str, EngineSpec] = {}
+    for spec in specs:
+        if not isinstance(spec, EngineSpec):
+            raise EngineSpecError(f"{spec!r} is not an EngineSpec")
+        problem = _problem(spec)
+        if problem:
+            name = spec.name if isinstance(spec.name, str) else repr(spec.name)
+            raise EngineSpecError(f"engine {name!r}: EngineSpec.{problem[0]} {problem[1]}")
+        if spec.name in table:
+            raise EngineSpecError(f"engine {spec.name!r} is declared twice")
+        table[spec.name] = spec
+    return table
+
+
+ENGINES: dict[str, EngineSpec] = engine_table(
+    *(m.ENGINE for m in (generic, llamacpp, vllm, flexgen, zero_inference, hf_accelerate, infllm))
+)
 
 
 def options_model(engine: str) -> type[Strict] | None:
     """Return the options schema of an engine (None for generic, which takes none)."""
-    if engine == "generic":
-        return None
-    module = _modules()[engine]
-    return module.options_for(engine) if hasattr(module, "options_for") else module.Options
+    return ENGINES[engine].options
 
 
 def validate_options(engine: str, raw: dict) -> Any:
@@ -46,4 +109,4 @@ def validate_options(engine: str, raw: dict) -> Any:
 
 def run_engine(sc: Scenario) -> Prediction:
     """Return an engine's prediction for a scenario."""
-    return _modules()[sc.engine].predict(sc)
+    return ENGINES[sc.engine].predict(sc)

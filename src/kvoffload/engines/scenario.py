@@ -8,9 +8,10 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from kvoffload.engines.registry import run_engine, validate_options
+from kvoffload.engines.registry import ENGINES, run_engine, validate_options
+from kvoffload.engines.spec import SET_BY_ENGINE, EngineSpec
 from kvoffload.model import decode
-from kvoffload.model.prediction import Prediction, Scenario, check_fits, predict_setup
+from kvoffload.model.prediction import Prediction, Scenario, check_fits
 from kvoffload.model.routing import Routing
 from kvoffload.model.tensor_groups import GROUPS
 from kvoffload.spec.errors import FieldError, InputError
@@ -26,72 +27,6 @@ from kvoffload.spec.limits import (
 from kvoffload.spec.models import load_model
 from kvoffload.spec.precision import KvFormat, WeightFormat, kv_format, weight_format
 from kvoffload.spec.text import Strict, validate
-
-ENGINES = ("generic", "llamacpp", "vllm", "flexgen", "zero-inference", "hf-accelerate", "infllm")
-# Engine options that say whether the host buffers copied from are page-locked; the scenario's
-# `pinned:` sets the same thing for every engine, so the two may not disagree.
-PIN_OPTIONS = {"zero-inference": "pinned", "hf-accelerate": "pinned", "flexgen": "pin_weight"}
-# The options through which each engine decides where weights and KV live (a `placement:` beside
-# one of these engines would be silently replaced, so it is refused and pointed here).
-PLACEMENT_OPTIONS = {
-    "llamacpp": "options.n_gpu_layers (and options.no_kv_offload)",
-    "vllm": "options.cpu_offload_gb",
-    "flexgen": "options.percent (wG wC cG cC aG aC), or leave it out to search",
-    "zero-inference": "options.weights (gpu, cpu or disk) and options.kv_offload",
-    "hf-accelerate": "options.weights (gpu, cpu or disk)",
-    "infllm": "options.n_local, options.topk and options.cached_blocks",
-}
-# Top-level fields only the step model (`generic`) reads: beside another engine each would be
-# accepted and dropped, so it is refused with what that engine does instead (its option, or the
-# fixed behaviour its source has). Read from each engine's predict(); keep in step with them.
-ENGINE_ONLY_FIELDS: dict[str, dict[str, str]] = {
-    "attention": {
-        "llamacpp": "say options.no_kv_offload: true to keep the KV cache in host memory "
-        "and attend on the CPU",
-        "vllm": "vLLM attends on the GPU and has no option to attend on the CPU; "
-        "use engine: generic to model CPU attention",
-        "flexgen": "say options.cpu_attention: true to attend on the CPU (FlexGen's --cpu)",
-        "zero-inference": "say options.kv_offload: true to keep the KV cache in host memory "
-        "and attend on the CPU",
-        "hf-accelerate": "Accelerate attends on the GPU and has no option to attend on the CPU; "
-        "use engine: generic to model CPU attention",
-        "infllm": "InfLLM attends on the GPU over the blocks it selects; set options.topk, "
-        "options.n_local and options.cached_blocks instead",
-    },
-    "overlap": {
-        "llamacpp": "llama.cpp runs the graph's nodes in order and has no overlap option; "
-        "use engine: generic to compare overlap modes",
-        "vllm": "vLLM reads offloaded weights over the link as its kernels run and has no "
-        "overlap option; use engine: generic to compare overlap modes",
-        "flexgen": "say options.overlap: true (FlexGen's overlap) or false (none) instead",
-        "zero-inference": "ZeRO-Inference always prefetches the next layer (pipeline) and has "
-        "no overlap option; use engine: generic to compare overlap modes",
-        "hf-accelerate": "Accelerate copies each layer in before it runs (none) and has no "
-        "overlap option; use engine: generic to compare overlap modes",
-        "infllm": "InfLLM always prefetches the selected blocks (pipeline) and has no overlap "
-        "option; use engine: generic to compare overlap modes",
-    },
-}
-# Routing fields an engine does not read: FlexGen's cost model reads every weight of a layer;
-# llama.cpp and InfLLM never copy weights to the GPU per step, so there is nothing to stream.
-ROUTING_IGNORED: dict[str, tuple[tuple[str, ...], str]] = {
-    "flexgen": (
-        ("effective_experts", "stream", "gpu_hit_rate"),
-        "FlexGen's cost model reads every weight of a layer each step and has no routing; "
-        "use engine: generic or llamacpp for a MoE model's routing",
-    ),
-    "llamacpp": (
-        ("stream", "gpu_hit_rate"),
-        "llama.cpp computes each expert where it lies and never streams experts to the GPU; "
-        "say where experts live with options.n_cpu_moe, options.cpu_moe or "
-        "options.override_tensor instead",
-    ),
-    "infllm": (
-        ("stream", "gpu_hit_rate"),
-        "InfLLM keeps every weight on the GPU, so no expert is streamed; "
-        "leave routing.stream and routing.gpu_hit_rate out",
-    ),
-}
 
 
 def _bounded(name: str, value: int, maximum: int, what: str) -> None:
@@ -219,23 +154,21 @@ def _resolve(ref: str, base: Path) -> str:
     )
 
 
-def _refuse_ignored(engine: str, raw: dict, name: str) -> None:
+def _refuse_ignored(engine: EngineSpec, raw: dict, name: str) -> None:
     """Refuse a field the chosen engine would accept and drop, naming what expresses it."""
-    if engine == "generic":
-        return
-    for field, instead in ENGINE_ONLY_FIELDS.items():
-        if field in raw:
+    for field in SET_BY_ENGINE:
+        if field in raw and field in engine.refuses:
             raise InputError(
-                f"engine {engine!r} sets {field} itself; {instead[engine]}",
+                f"engine {engine.name!r} sets {field} itself; {engine.refuses[field]}",
                 file=name,
                 field=field,
             )
-    ignored, instead = ROUTING_IGNORED.get(engine, ((), ""))
+    ignored, instead = engine.routing_ignored
     routing = raw.get("routing") or {}
     for field in ignored:
         if field in routing:
             raise InputError(
-                f"engine {engine!r} does not read routing.{field}; {instead}",
+                f"engine {engine.name!r} does not read routing.{field}; {instead}",
                 file=name,
                 field=f"routing.{field}",
             )
@@ -257,14 +190,15 @@ def parse_scenario(raw: dict, *, base: Path = Path("."), name: str = "scenario")
             file=name,
             field="engine",
         )
-    if s.engine != "generic" and "placement" in raw:
+    engine = ENGINES[s.engine]
+    if engine.placement_option is not None and "placement" in raw:
         raise InputError(
             f"engine {s.engine!r} sets its own placement; say it with "
-            f"{PLACEMENT_OPTIONS[s.engine]} instead",
+            f"{engine.placement_option} instead",
             file=name,
             field="placement",
         )
-    _refuse_ignored(s.engine, raw, name)
+    _refuse_ignored(engine, raw, name)
     try:
         options = validate_options(s.engine, s.options)
     except InputError as exc:
@@ -304,7 +238,7 @@ def parse_scenario(raw: dict, *, base: Path = Path("."), name: str = "scenario")
         raise InputError(
             "pinned: false needs link.pageable_bandwidth in the profile", file=name, field="pinned"
         )
-    pin_option = PIN_OPTIONS.get(s.engine)
+    pin_option = engine.pin_option
     explicit = pin_option is not None and pin_option in s.options  # given, so validated
     if "pinned" in raw and explicit and getattr(options, pin_option) != s.pinned:
         raise InputError(
@@ -345,13 +279,10 @@ def load_scenario(path: str | Path) -> Scenario:
 
 def predict(sc: Scenario, *, name: str = "scenario", check: bool = True) -> Prediction:
     """Return the prediction of a scenario; refuse one that does not fit when ``check``."""
-    if sc.engine == "generic":
-        result = predict_setup(sc, sc.setup)
-    else:
-        try:
-            result = run_engine(sc)
-        except InputError as exc:  # an engine's refusal names the scenario's file too
-            raise exc.within(file=name) from None
+    try:
+        result = run_engine(sc)
+    except InputError as exc:  # an engine's refusal names the scenario's file too
+        raise exc.within(file=name) from None
     if check:
         check_fits(sc, result.memory, name)
     return result

@@ -28,6 +28,7 @@ from typing import Annotated
 import numpy as np
 from msgspec import Meta
 
+from kvoffload.engines.spec import EngineSpec
 from kvoffload.model import decode, kv
 from kvoffload.model.prediction import Prediction, Scenario, predict_setup
 from kvoffload.model.transfer import link_time, peer_time
@@ -188,3 +189,19 @@ def _tensor_parallel(sc: Scenario, setup: decode.Setup, pred: Prediction, tp: in
         streams_s=streams,
         memory=mem,
     )
+
+
+ENGINE = EngineSpec(
+    name="vllm",
+    options=Options,
+    predict=predict,
+    placement_option="options.cpu_offload_gb",
+    pin_option=None,
+    refuses={
+        "attention": "vLLM attends on the GPU and has no option to attend on the CPU; "
+        "use engine: generic to model CPU attention",
+        "overlap": "vLLM reads offloaded weights over the link as its kernels run and has no "
+        "overlap option; use engine: generic to compare overlap modes",
+    },
+    routing_ignored=((), ""),
+)
