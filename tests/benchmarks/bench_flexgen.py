@@ -70,7 +70,7 @@ def flexgens_own(model: str) -> tuple[int, float] | None:
 
 
 def main() -> None:
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "engines"))
     from test_flexgen_search import coarse_size, fine_grid_best
 
     print(
