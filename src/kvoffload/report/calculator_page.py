@@ -1,8 +1,10 @@
 """The offline calculator page: one HTML file, its script and stylesheet, the model's data inline.
 
 The page (``calculator.html`` at the site's root) evaluates the generic engine's step model in the
-browser with ``calculator.js`` (every function mirrors one in ``kvoffload.model``) over the JSON
-``studies.calculator_data`` exports. It loads nothing from another host and needs no server.
+browser with ``calculator/model.js`` (every function mirrors one in ``kvoffload.model``) over the
+JSON ``studies.calculator_data`` exports; the page's other modules (``CALCULATOR_MODULES``) are
+joined after it, in order, into its one script. It loads nothing from another host and needs no
+server: it works from ``file://``.
 """
 
 from __future__ import annotations
@@ -27,8 +29,18 @@ _OVERLAP = {
 }
 
 
+# the browser modules under report/calculator/, in the order they run: each defines one global
+MODEL_MODULES = ("format.js", "model.js", "chart.js")  # the step model and its chart: shared
+CALCULATOR_MODULES = (*MODEL_MODULES, "form.js", "scenario.js", "ui.js")
+
+
 def _asset(name: str) -> str:
     return resources.files("kvoffload.report").joinpath(name).read_text(encoding="utf-8")
+
+
+def modules_script(names: tuple[str, ...]) -> str:
+    """Return the report/calculator/ modules ``names`` joined, in order, as one script's text."""
+    return "\n".join(_asset(f"calculator/{name}") for name in names)
 
 
 def script_json(data: dict[str, Any]) -> str:
@@ -224,7 +236,7 @@ def site_files(data: dict[str, Any] | None = None) -> dict[str, bytes]:
     page = page_html(calculator_data.calculator_data() if data is None else data)
     return {
         PAGE: page.encode("utf-8"),
-        SCRIPT: _asset("calculator.js").encode("utf-8"),
+        SCRIPT: modules_script(CALCULATOR_MODULES).encode("utf-8"),
         STYLE: _asset("calculator.css").encode("utf-8"),
     }
 

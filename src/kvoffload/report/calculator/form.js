@@ -1,0 +1,243 @@
+/*
+ * The calculator page's form: its controls, the machine's figures in the fields, the inputs read
+ * and checked (each problem a sentence, with spec/hardware.py's ranges), and the setup the step
+ * model evaluates. Exposes window.KvoForm.create(data, model), model being KvoModel.create(data).
+ */
+(function () {
+  "use strict";
+
+  const F = window.KvoFormat;
+  const shortNumber = F.shortNumber;
+
+  function create(data, M) {
+    const $ = (id) => document.getElementById(id);
+    const form = $("kvo-calc-form");
+    const FIGURES = data.figures;
+
+    function option(select, value, text) {
+      const o = document.createElement("option");
+      o.value = value;
+      o.textContent = text;
+      select.appendChild(o);
+    }
+
+    function machineById(id) {
+      return data.machines.find((m) => m.id === id);
+    }
+
+    function modelById(id) {
+      return data.models.find((m) => m.id === id);
+    }
+
+    function buildFigureFields() {
+      for (const f of FIGURES) {
+        const label = document.createElement("label");
+        label.className = "kvo-field";
+        const name = document.createElement("span");
+        name.textContent = f.label + " (" + f.unit + ")";
+        const input = document.createElement("input");
+        input.type = "text";
+        input.inputMode = "decimal";
+        input.id = "kvo-fig-" + f.key;
+        input.name = f.key;
+        input.autocomplete = "off";
+        if (f.optional) input.placeholder = "none";
+        label.append(name, input);
+        (f.main ? $("kvo-figures-main") : $("kvo-figures-more")).appendChild(label);
+      }
+    }
+
+    // Fill the figure fields with the chosen machine's figures, rounded for reading; a field left
+    // as shown means the machine's exact figure, a field changed means the reader's.
+    function fillFigures() {
+      const machine = machineById($("kvo-machine").value);
+      for (const f of FIGURES) {
+        const value = machine.figures[f.key];
+        const shown = value === null ? "" : shortNumber(value / f.scale);
+        const input = $("kvo-fig-" + f.key);
+        input.value = shown;
+        input.dataset.base = shown;
+      }
+    }
+
+    function modelNote() {
+      const model = modelById($("kvo-model").value);
+      const max = model.max_positions;
+      $("kvo-model-note").textContent =
+        max === null ? "No stated context limit." : "Context limit: " + max.toLocaleString("en-US") + " tokens.";
+    }
+
+    function setupControls() {
+      for (const m of data.machines) option($("kvo-machine"), m.id, m.name);
+      for (const m of data.models) option($("kvo-model"), m.id, m.name);
+      for (const f of data.weight_formats) option($("kvo-weights-format"), f, f);
+      for (const f of data.kv_formats) option($("kvo-kv-format"), f, f);
+      for (const mode of M.modes) option($("kvo-overlap"), mode, mode);
+      buildFigureFields();
+      $("kvo-machine").value = "article-reference";
+      $("kvo-model").value = "llama-3.1-8b";
+      $("kvo-weights-format").value = "bf16";
+      $("kvo-kv-format").value = "bf16";
+      fillFigures();
+      modelNote();
+    }
+
+    function readNumber(id) {
+      const text = $(id).value.trim();
+      return text === "" ? NaN : Number(text);
+    }
+
+    // The page's inputs and the problems with them (each a sentence; none: the model runs).
+    function readInputs() {
+      const problems = [];
+      const machine = machineById($("kvo-machine").value);
+      const figures = {};
+      const edited = [];
+      for (const f of FIGURES) {
+        const input = $("kvo-fig-" + f.key);
+        const text = input.value.trim();
+        input.classList.toggle("kvo-edited", text !== input.dataset.base);
+        if (text === input.dataset.base) {
+          figures[f.key] = machine.figures[f.key];
+          continue;
+        }
+        edited.push(f.key);
+        if (text === "" && f.optional) {
+          figures[f.key] = null;
+          continue;
+        }
+        const value = Number(text) * f.scale;
+        const zeroOk = f.zero && Number(text) === 0;
+        if (text === "" || !Number.isFinite(value) || (!zeroOk && !(value >= f.lo && value <= f.hi))) {
+          problems.push(
+            f.label + ": give a number from " + shortNumber(f.lo / f.scale) + " to " +
+              shortNumber(f.hi / f.scale) + " " + f.unit + (f.zero ? " (or 0)" : "") + "."
+          );
+        }
+        figures[f.key] = value;
+      }
+      // spec/hardware.py's checks between figures
+      if (figures.attention_bandwidth > figures.gpu_bandwidth * data.attention_slack) {
+        problems.push("The attention read rate may not exceed the GPU memory bandwidth.");
+      }
+      if (figures.pageable !== null && figures.pageable > figures.h2d) {
+        problems.push("The pageable rate may not exceed the host→GPU rate.");
+      }
+      const pinned = $("kvo-pinned").checked;
+      if (!pinned && figures.pageable === null) {
+        problems.push("Pageable copies need a pageable link rate: give one, or pin the host buffers.");
+      }
+      const model = modelById($("kvo-model").value);
+      const prompt = readNumber("kvo-prompt");
+      const generate = readNumber("kvo-generate");
+      const batch = readNumber("kvo-batch");
+      const whole = (x, lo, hi) => Number.isInteger(x) && x >= lo && x <= hi;
+      if (!whole(prompt, 1, 100000000)) problems.push("Context: a whole number of tokens from 1 to 100,000,000.");
+      if (!whole(generate, 1, 1000000)) problems.push("Tokens generated: a whole number from 1 to 1,000,000.");
+      if (!whole(batch, 1, 1000000)) problems.push("Batch: a whole number from 1 to 1,000,000.");
+      if (model.max_positions !== null && prompt + generate > model.max_positions) {
+        problems.push(
+          "Context + tokens generated = " + (prompt + generate).toLocaleString("en-US") +
+            " tokens is beyond " + model.name + "'s context of " +
+            model.max_positions.toLocaleString("en-US") + "."
+        );
+      }
+      const split = (prefix, what) => {
+        const cpu = readNumber(prefix + "-cpu") / 100;
+        const disk = readNumber(prefix + "-disk") / 100;
+        if (!(cpu >= 0 && cpu <= 1 && disk >= 0 && disk <= 1 && cpu + disk <= 1 + 1e-9)) {
+          problems.push(what + ": host and disk shares from 0 to 100% that add up to at most 100%.");
+        }
+        const gpu = Math.max(0, 1 - cpu - disk);
+        $(prefix + "-gpu").textContent = shortNumber(gpu * 100) + "%";
+        return { gpu: gpu, cpu: cpu, disk: disk };
+      };
+      const weights = split("kvo-weights", "Weights");
+      const kv = split("kvo-kv", "KV cache");
+      const budget = readNumber("kvo-budget");
+      if (!(budget > 0)) problems.push("Budget: a positive number of milliseconds.");
+      return {
+        problems: problems,
+        edited: edited,
+        machineId: machine.id,
+        machineName: machine.name,
+        figures: figures,
+        model: model,
+        weightsFormat: $("kvo-weights-format").value,
+        kvFormat: $("kvo-kv-format").value,
+        prompt: prompt,
+        generate: generate,
+        batch: batch,
+        weights: weights,
+        kv: kv,
+        attention: $("kvo-attention").value,
+        overlap: $("kvo-overlap").value,
+        pinned: pinned,
+        budget: budget,
+      };
+    }
+
+    // the setup the step model evaluates for the inputs (overrides: shares to use instead)
+    function setupOf(inp, overrides) {
+      return M.setupOf(
+        Object.assign(
+          {
+            machine: inp.figures,
+            model: inp.model,
+            weightsFormat: inp.weightsFormat,
+            kvFormat: inp.kvFormat,
+            weights: inp.weights,
+            kv: inp.kv,
+            attention: inp.attention,
+            overlap: inp.overlap,
+            pinned: inp.pinned,
+          },
+          overrides || {}
+        )
+      );
+    }
+
+    // What the test drives: set the page's inputs as a reader would (an input event follows).
+    function fill(inputs) {
+      if (inputs.machine !== undefined) {
+        $("kvo-machine").value = inputs.machine;
+        fillFigures();
+      }
+      for (const [key, value] of Object.entries(inputs.figures || {})) {
+        const f = FIGURES.find((x) => x.key === key);
+        $("kvo-fig-" + key).value = value === null ? "" : String(value / f.scale);
+      }
+      const ids = {
+        model: "kvo-model",
+        weights_format: "kvo-weights-format",
+        kv_format: "kvo-kv-format",
+        prompt: "kvo-prompt",
+        generate: "kvo-generate",
+        batch: "kvo-batch",
+        attention: "kvo-attention",
+        overlap: "kvo-overlap",
+        budget: "kvo-budget",
+      };
+      for (const [key, id] of Object.entries(ids)) if (inputs[key] !== undefined) $(id).value = String(inputs[key]);
+      for (const group of ["weights", "kv"]) {
+        if (inputs[group] === undefined) continue;
+        $("kvo-" + group + "-cpu").value = String(inputs[group].cpu * 100);
+        $("kvo-" + group + "-disk").value = String(inputs[group].disk * 100);
+      }
+      if (inputs.pinned !== undefined) $("kvo-pinned").checked = Boolean(inputs.pinned);
+      form.dispatchEvent(new Event("input", { bubbles: true }));
+    }
+
+    return {
+      form: form,
+      setupControls: setupControls,
+      fillFigures: fillFigures,
+      modelNote: modelNote,
+      readInputs: readInputs,
+      setupOf: setupOf,
+      fill: fill,
+    };
+  }
+
+  window.KvoForm = { create: create };
+})();

@@ -1,0 +1,196 @@
+/*
+ * The calculator page (calculator.html): the model's figures put in the page as the reader types,
+ * the memory bars, the chart's two curves, and the API the browser test drives (window.kvoCalc).
+ * Runs after format.js, model.js, chart.js, form.js and scenario.js; its data is the page's JSON.
+ */
+(function () {
+  "use strict";
+
+  const data = JSON.parse(document.getElementById("kvo-calc-data").textContent);
+  const M = window.KvoModel.create(data);
+  const form = window.KvoForm.create(data, M);
+  const KvoScenario = window.KvoScenario;
+  const { nf, formatMs, formatBytes } = window.KvoFormat;
+  const $ = (id) => document.getElementById(id);
+
+  // one output: the text a reader sees and the full-precision value the test reads
+  function put(key, text, value) {
+    const el = document.querySelector('[data-kvo-out="' + key + '"]');
+    el.textContent = text;
+    el.dataset.value = value === undefined ? text : String(value);
+  }
+
+  function clearOutputs(problems) {
+    for (const el of document.querySelectorAll("[data-kvo-out]")) {
+      el.textContent = "—";
+      el.dataset.value = "";
+    }
+    const box = $("kvo-problems");
+    box.replaceChildren();
+    for (const p of problems) {
+      const li = document.createElement("li");
+      li.textContent = p;
+      box.appendChild(li);
+    }
+    box.hidden = problems.length === 0;
+    put("error", problems.join(" "), problems.join(" "));
+    $("kvo-verdict").className = "kvo-verdict kvo-refused";
+    $("kvo-summary").textContent = "Check the inputs: " + problems.length + (problems.length > 1 ? " problems" : " problem") + " below.";
+    $("kvo-chart").replaceChildren();
+    $("kvo-memory-bars").replaceChildren();
+  }
+
+  function memoryBars(result) {
+    const box = $("kvo-memory-bars");
+    box.replaceChildren();
+    for (const [tier, need, have] of result.tiers) {
+      const row = document.createElement("div");
+      row.className = "kvo-bar-row";
+      const label = document.createElement("span");
+      label.className = "kvo-bar-label";
+      label.textContent = tier;
+      const track = document.createElement("span");
+      track.className = "kvo-bar-track";
+      const fill = document.createElement("span");
+      fill.className = "kvo-bar-fill" + (need > have ? " kvo-over" : "");
+      fill.style.width = Math.min(100, (100 * need) / have).toFixed(1) + "%";
+      track.appendChild(fill);
+      const text = document.createElement("span");
+      text.className = "kvo-bar-text";
+      text.textContent = formatBytes(need) + " of " + formatBytes(have);
+      row.append(label, track, text);
+      box.appendChild(row);
+    }
+  }
+
+  function update() {
+    const inp = form.readInputs();
+    form.modelNote();
+    const edited = inp.edited.length
+      ? " with your figures (" + inp.edited.length + " changed)"
+      : "";
+    $("kvo-machine-note").textContent = inp.machineName + edited + ".";
+    $("kvo-scenario").textContent = KvoScenario.text(inp);
+    if (inp.problems.length) {
+      clearOutputs(inp.problems);
+      return;
+    }
+    $("kvo-problems").hidden = true;
+    put("error", "", "");
+    const setup = form.setupOf(inp);
+    const r = M.predictSetup(setup, inp.prompt, inp.generate, inp.batch);
+    put("tpot_ms", formatMs(r.tpot), r.tpot * 1e3);
+    put("ttft_ms", formatMs(r.ttft), r.ttft * 1e3);
+    const rate = inp.batch / r.tpot;
+    put("decode_tokens_per_s", nf(3).format(rate) + " tokens/s", rate);
+    const through = (inp.batch * inp.generate) / (r.ttft + inp.generate * r.tpot);
+    put("throughput_tokens_per_s", nf(3).format(through) + " tokens/s", through);
+    for (const mode of M.modes) put("tpot_" + mode + "_ms", formatMs(r.byOverlap[mode]), r.byOverlap[mode] * 1e3);
+    for (const key of M.streams) put("stream_" + key + "_ms", formatMs(r.streams[key]), r.streams[key] * 1e3);
+    for (const row of document.querySelectorAll("[data-kvo-stream]")) {
+      row.classList.toggle("kvo-bottleneck", row.dataset.kvoStream === r.bottleneck);
+    }
+    put("bottleneck", data.stream_names[r.bottleneck]);
+    const mem = r.memory;
+    put("memory_gpu_bytes", formatBytes(mem.gpu), mem.gpu);
+    put("memory_cpu_bytes", formatBytes(mem.cpu), mem.cpu);
+    put("memory_disk_bytes", formatBytes(mem.disk), mem.disk);
+    put("memory_staging_bytes", formatBytes(mem.staging), mem.staging);
+    put("memory_weights_gpu_bytes", formatBytes(mem.weightsGpu), mem.weightsGpu);
+    put("memory_kv_gpu_bytes", formatBytes(mem.kvGpu), mem.kvGpu);
+    put("gpu_capacity_bytes", formatBytes(inp.figures.gpu_memory), inp.figures.gpu_memory);
+    put("cpu_capacity_bytes", formatBytes(inp.figures.host_memory), inp.figures.host_memory);
+    const disk = inp.figures.disk_capacity;
+    put("disk_capacity_bytes", disk === null ? "not bounded" : formatBytes(disk), disk === null ? "" : disk);
+    const fits = r.shortfalls.length === 0;
+    put("fits", fits ? "yes" : "no");
+    const within = r.tpot * 1e3 <= inp.budget;
+    const verdict = fits
+      ? "Fits. " + formatMs(r.tpot) + " per token: " + (within ? "within" : "over") +
+        " the " + nf(4).format(inp.budget) + " ms budget; " + data.stream_names[r.bottleneck] +
+        " is the bottleneck."
+      : "Does not fit: " +
+        r.shortfalls
+          .map(([tier, need, have]) => tier + " needs " + formatBytes(need) + " but has " + formatBytes(have))
+          .join("; ") + ".";
+    put("verdict", verdict);
+    $("kvo-verdict").className = "kvo-verdict " + (fits ? (within ? "kvo-good" : "kvo-slow") : "kvo-refused");
+    $("kvo-summary").textContent =
+      "TPOT " + formatMs(r.tpot) + " · TTFT " + formatMs(r.ttft) + " · " + (fits ? "fits" : "does not fit") +
+      " · bound by " + data.stream_names[r.bottleneck];
+    memoryBars(r);
+    drawChart(inp, setup, r);
+  }
+
+  // TPOT against the context for the reader's placement and for everything on the GPU; a
+  // curve is dashed where that placement does not fit the machine
+  function drawChart(inp, setup, current) {
+    const limit =
+      inp.model.max_positions === null ? Math.max(1048576, inp.prompt + inp.generate) : inp.model.max_positions;
+    const hi = Math.max(2, limit - inp.generate);
+    const lo = Math.max(1, Math.min(1024, inp.prompt, Math.floor(hi / 4)));
+    const xs = window.KvoChart.contexts(lo, hi, 40);
+    const onGpu = form.setupOf(inp, {
+      weights: { gpu: 1, cpu: 0, disk: 0 },
+      kv: { gpu: 1, cpu: 0, disk: 0 },
+    });
+    const series = [
+      { name: "your placement", setup: setup, cls: "kvo-line-a" },
+      { name: "everything on the GPU", setup: onGpu, cls: "kvo-line-b" },
+    ].map((sr) => ({
+      ...sr,
+      points: xs.map((x) => {
+        const r = M.predictSetup(sr.setup, x, inp.generate, inp.batch);
+        return { x: x, y: r.tpot * 1e3, fits: r.shortfalls.length === 0 };
+      }),
+    }));
+    window.KvoChart.draw($("kvo-chart"), {
+      lo: lo,
+      hi: hi,
+      series: series,
+      budget: inp.budget,
+      markers: [{ x: inp.prompt, y: current.tpot * 1e3 }],
+    });
+    const legend = $("kvo-chart-legend");
+    legend.textContent =
+      "A curve is dashed where its placement does not fit the machine; the dot is your context. " +
+      (series[0].points.every((p, i) => Math.abs(p.y - series[1].points[i].y) <= 1e-9 * p.y)
+        ? "The two curves coincide: your placement keeps everything on the GPU."
+        : "");
+  }
+
+  // ------------------------------------------------------------------- the API --------------
+
+  // What the test drives: set the page's inputs as a reader would, then read what it shows.
+  function set(inputs) {
+    form.fill(inputs);
+    return read();
+  }
+
+  function read() {
+    const out = {};
+    for (const el of document.querySelectorAll("[data-kvo-out]")) out[el.dataset.kvoOut] = el.dataset.value;
+    out.scenario = $("kvo-scenario").textContent;
+    return out;
+  }
+
+  form.setupControls();
+  const changed = (event) => {
+    if (event.target.id === "kvo-machine") form.fillFigures();
+    update();
+  };
+  form.form.addEventListener("input", changed);
+  form.form.addEventListener("change", changed);
+  $("kvo-reset").addEventListener("click", () => {
+    form.fillFigures();
+    update();
+  });
+  let resized = null;
+  window.addEventListener("resize", () => {
+    clearTimeout(resized);
+    resized = setTimeout(update, 100);
+  });
+  form.form.addEventListener("submit", (event) => event.preventDefault());
+  update();
+  window.kvoCalc = { set: set, read: read, data: data };
+})();
