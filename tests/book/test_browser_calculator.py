@@ -4,25 +4,30 @@ The page is generated into a temporary directory by the function the book build 
 from 127.0.0.1 with every other host blocked, and driven through its form: for each point the
 test sets the inputs as a reader would and reads every figure the page shows (TPOT, TTFT, rates,
 TPOT per overlap mode, each stream, memory per tier and its capacity, the fit, the bottleneck,
-a refusal), then predicts the same scenario with ``kvoffload.engines.scenario``.
+a refusal), then predicts the same scenario with ``kvoffload.engines.scenario``. Chapter 03's
+try-it widget, which runs the same model.js, is driven through its sliders the same way and held
+to ``decode.tpot``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
+import msgspec
 import pytest
 import yaml
 
 from kvoffload.engines.scenario import parse_scenario, predict
 from kvoffload.model import decode, kv
 from kvoffload.model.prediction import shortfalls
-from kvoffload.report import calculator_page
+from kvoffload.report import calculator_page, tpot_widget
 from kvoffload.spec.errors import InputError
 from kvoffload.spec.hardware import load_system, system_ids
 from kvoffload.spec.models import load_model, model_ids
 from kvoffload.spec.precision import KvFormat, WeightFormat
+from kvoffload.studies import decode_step
 from kvoffload.studies.calculator_data import FIGURES, machine_figures, scenario_for
 from tests.support.browser import ARGS, block_offhost, require_chromium, serve
 
@@ -271,4 +276,117 @@ def test_a_typed_figure_changes_the_answer_and_a_bad_one_is_refused(page):
     pg.click("#kvo-reset")
     again = pg.evaluate("() => window.kvoCalc.read()")
     assert again["tpot_ms"] == slow["tpot_ms"]
+    assert not errors
+
+
+# ------------------------------------------------------------------ chapter 03's widget ------
+
+
+def _chapter_setup(hardware: str, context: int, batch: int) -> decode.Setup:
+    """Chapter 03's setup: every KV byte in host memory, the weights placed to fit (its Setup cell)."""
+    system, llm = load_system(hardware), load_model("llama-3.1-8b")
+    return decode_step.place(decode.offloaded(system, llm), context, batch).setup
+
+
+def _with_link(setup: decode.Setup, gbps: float) -> decode.Setup:
+    """Return ``setup`` on its machine with a link of ``gbps`` GB/s each way (System's figures)."""
+    link, rate = setup.system.link, gbps * 1e9
+
+    def figure(f, value):
+        return dataclasses.replace(f, value=value)
+
+    pageable = link.pageable_bandwidth
+    faster = msgspec.structs.replace(
+        link,
+        h2d_bandwidth=figure(link.h2d_bandwidth, rate),
+        d2h_bandwidth=figure(link.d2h_bandwidth, rate),
+        raw_bandwidth=figure(link.raw_bandwidth, max(rate, link.raw_bandwidth.value)),
+        pageable_bandwidth=None
+        if pageable is None
+        else figure(pageable, min(pageable.value, rate)),
+    )
+    system = msgspec.structs.replace(setup.system, link=faster)
+    return decode.Setup(system, setup.model, setup.weights, setup.kv, setup.placement)
+
+
+# (hardware, the chapter's context and batch, tokens generated): the article's machine as the
+# chapter runs it, and a card whose weights do not fit, so part of them crosses the link
+WIDGETS = [
+    ("article-reference", 32_000, 1, 1),
+    ("article-reference", 32_000, 4, 64),
+    ("rtx-3070-ti-desktop", 32_000, 1, 16),
+]
+# slider positions (link, batch, context; None: where it starts); link and context run 0..200
+MOVES = [(None, None, None), (0, 1, 0), (120, 8, 100), (200, 64, 200), (60, 3, 170), (None, 16, 40)]
+
+
+@pytest.fixture(scope="module")
+def widget_page(page, tmp_path_factory):
+    """A page holding chapter 03's widget for each of WIDGETS, open in the calculator's Chromium."""
+    browser = page[0].context.browser
+    root = tmp_path_factory.mktemp("widget")
+    setups, bodies = [], []
+    for hardware, context, batch, generate in WIDGETS:
+        setup = _chapter_setup(hardware, context, batch)
+        setups.append(setup)
+        bodies.append(tpot_widget.widget_html(setup, context, batch, 50.0, generate))
+    page = "<!DOCTYPE html><html><head><meta charset='utf-8'><meta name='viewport' "
+    page += "content='width=device-width, initial-scale=1'></head><body style='margin: 8px'>"
+    (root / "widget.html").write_text(page + "\n".join(bodies) + "</body></html>")
+    errors: list[str] = []
+    with serve(root) as base:
+        pg = browser.new_page(viewport={"width": 360, "height": 800})
+        pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        pg.on("pageerror", lambda e: errors.append(str(e)))
+        offhost = block_offhost(pg)
+        pg.goto(f"{base}/widget.html")
+        pg.wait_for_function("document.querySelectorAll('.kvo-tpot svg').length === 3")
+        yield pg, setups, errors, offhost
+        pg.close()
+
+
+_READ = """root => Object.fromEntries([...document.getElementById(root).querySelectorAll(
+  '[data-kvo]')].filter(el => el.dataset.value !== undefined).map(el => [el.dataset.kvo,
+  el.dataset.value]))"""
+
+
+def test_the_chapter_widget_shows_the_packages_tpot_as_its_sliders_move(widget_page):
+    pg, setups, errors, offhost = widget_page
+    idents = pg.evaluate("() => [...document.querySelectorAll('.kvo-tpot')].map(el => el.id)")
+    assert len(idents) == len(WIDGETS) == len(set(idents))
+    assert setups[-1].placement.weights.cpu > 0  # the last streams part of its weights
+    for ident, setup, (_, context, batch, generate) in zip(idents, setups, WIDGETS, strict=True):
+        start = pg.evaluate(_READ, ident)
+        # where the sliders start: the chapter's own machine, context and batch
+        assert float(start["link"]) == setup.system.link.h2d_bandwidth.value / 1e9
+        assert int(start["context"]) == context and int(start["batch"]) == batch
+        seen = set()
+        for move in MOVES:
+            for key, pos in zip(("link", "batch", "context"), move, strict=True):
+                if pos is not None:
+                    pg.fill(f"#{ident}-{key}", str(pos))
+            got = pg.evaluate(_READ, ident)
+            gbps, s, b = float(got["link"]), int(got["context"]), int(got["batch"])
+            seen.add((gbps, s, b))
+            faster = _with_link(setup, gbps)
+            for mode in ("none", "perfect"):
+                want = float(decode.tpot(faster, s, generate, b, mode)) * 1e3
+                shown = float(got[f"tpot_{mode}_ms"])
+                where = f"{ident} {mode}: link {gbps} GB/s, context {s}, batch {b}"
+                assert _close(shown, want), f"{where}: shown {shown} ms, package {want} ms"
+        assert len(seen) == len(MOVES)  # every move changed what the widget computes
+    assert not errors, errors
+    assert not offhost, offhost
+
+
+def test_the_chapter_widget_fits_a_360_px_column(widget_page):
+    pg, _, errors, _ = widget_page
+    got = pg.evaluate(
+        "() => ({scroll: document.documentElement.scrollWidth, right: Math.max(...[...document"
+        ".querySelectorAll('.kvo-tpot svg, .kvo-tpot input')].map(e => e.getBoundingClientRect()"
+        ".right)), paths: document.querySelector('.kvo-tpot svg').querySelectorAll('path').length,"
+        " text: document.querySelector('.kvo-tpot svg').textContent})"
+    )
+    assert got["scroll"] <= 360 and got["right"] <= 360, got
+    assert got["paths"] >= 2 and "ms budget" in got["text"]
     assert not errors

@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from kvoffload.model import decode, kv, timeline
 from kvoffload.spec.hardware import load_system
 from kvoffload.spec.models import load_model
-from kvoffload.studies import tpot_formula
 
 ARTICLE = load_system("article-reference")
 A100 = load_system("a100-80gb-sxm-pcie4")
@@ -205,31 +204,6 @@ def test_spilling_when_hbm_fills_makes_one_knee_not_a_staircase():
     assert np.allclose(before, before.mean(), rtol=0.05)  # HBM-bound: a gentle straight line
     assert np.allclose(after, after.mean(), rtol=0.05)  # link-bound: a steep straight line
     assert after.mean() > 20 * before.mean()
-
-
-@pytest.mark.parametrize("streamed", [False, True])
-def test_interactive_formula_agrees_with_the_model(streamed):
-    setup = offloaded(A100)
-    if streamed:  # weights that do not fit an 8 GiB card: the rest cross the link every step
-        rtx = load_system("rtx-3070-ti-desktop")
-        setup = decode.spill_weights(offloaded(rtx, load_model("llama-3.1-8b")), 32_000)
-        assert 0 < setup.placement.weights.gpu < 1
-    c = tpot_formula.interactive_constants(setup)
-    assert (c["weights_link_bytes"] > 0) == streamed
-    ctx = np.array([1000, 32_000, 128_000])
-    frame = tpot_formula.interactive_frame(setup, ctx)
-    for batch in (1, 8):
-        for mode in ("none", "perfect"):
-            browser = tpot_formula.tpot_formula(
-                c,
-                frame["kv_bytes"].to_numpy(),
-                frame["attn_flops"].to_numpy(),
-                c["link_gbps"],
-                batch,
-                mode,
-            )
-            model = decode.step(setup, ctx, batch, mode).total * 1e3
-            assert browser == pytest.approx(model, rel=0.03)
 
 
 def test_pipeline_reads_the_disk_beside_the_link_copy():

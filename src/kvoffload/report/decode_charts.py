@@ -7,7 +7,7 @@ import pandas as pd
 
 from kvoffload.model.decode import OVERLAP_MODES
 from kvoffload.model.timeline import Event
-from kvoffload.report.charting import NEUTRAL, budget_rule, log_axis, note_coinciding
+from kvoffload.report.charting import budget_rule, log_axis, note_coinciding
 
 RESOURCE_ORDER = ["disk_read", "h2d", "cpu", "gpu", "d2h", "disk_write"]
 
@@ -137,66 +137,3 @@ def gantt_chart(events: list[Event]) -> alt.Chart:
         )
         .properties(height=22 * len(present))
     )
-
-
-def interactive_tpot_chart(
-    constants: dict[str, float], frame: pd.DataFrame, budget_ms: float = 50.0
-) -> alt.LayerChart:
-    """Chart TPOT against context with sliders for link bandwidth, batch and a marked context.
-
-    All KV in host memory, attention on the GPU, any host-resident weights streamed over the link
-    in every step; the browser evaluates the whole-model roofline
-    that ``studies.tpot_formula.tpot_formula`` writes in Python, from ``constants``
-    (``interactive_constants``) and the per-context ``frame`` (``interactive_frame``).
-    """
-    c = constants
-    link = alt.param(
-        name="link_gbps",
-        value=round(c["link_gbps"], 1),
-        bind=alt.binding_range(min=1, max=500, step=1, name="link bandwidth (GB/s) "),
-    )
-    batch = alt.param(
-        name="batch", value=1, bind=alt.binding_range(min=1, max=64, step=1, name="batch ")
-    )
-    mark = alt.param(
-        name="mark_context",
-        value=32000,
-        bind=alt.binding_range(
-            min=1000, max=int(frame["context"].max()), step=1000, name="context marker (tokens) "
-        ),
-    )
-    gpu = f"max({c['weights_bytes']!r} / {c['hbm_bps']!r} + batch * datum.kv_bytes / {c['attn_bps']!r}, batch * ({c['dense_flops']!r} + datum.attn_flops) / {c['peak_flops']!r})"
-    xfer = f"({c.get('weights_link_bytes', 0.0)!r} + batch * datum.kv_bytes) / (link_gbps * 1e9) + {c['latency_s']!r}"
-    base = (
-        alt.Chart(frame)
-        .transform_calculate(gpu_s=gpu, link_s=xfer)
-        .transform_calculate(
-            none="1000 * (datum.gpu_s + datum.link_s)",
-            perfect="1000 * max(datum.gpu_s, datum.link_s)",
-        )
-        .transform_fold(["none", "perfect"], as_=["overlap", "tpot_ms"])
-    )
-    x = alt.X(
-        "context:Q",
-        scale=alt.Scale(type="log"),
-        title="context (tokens)",
-        axis=alt.Axis(format="~s"),
-    )
-    y = alt.Y("tpot_ms:Q", scale=alt.Scale(type="log"), title="time per output token (ms)")
-    lines = base.mark_line().encode(
-        x=x,
-        y=y,
-        color=alt.Color("overlap:N", title="overlap", legend=alt.Legend(direction="horizontal")),
-        tooltip=[
-            "overlap:N",
-            alt.Tooltip("context:Q", format=","),
-            alt.Tooltip("tpot_ms:Q", title="TPOT (ms)", format=".4g"),
-        ],
-    )
-    marker = (
-        alt.Chart(pd.DataFrame({"x": [0]}))
-        .mark_rule(color=NEUTRAL)
-        .encode(x=alt.X("mark_context:Q", scale=alt.Scale(type="log")))
-        .transform_calculate(mark_context="mark_context")
-    )
-    return alt.layer(lines, marker, budget_rule(budget_ms)).add_params(link, batch, mark)

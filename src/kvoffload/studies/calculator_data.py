@@ -1,6 +1,6 @@
 """What the offline calculator page needs from the package, as one JSON-ready mapping.
 
-The page evaluates the generic engine's step model in the browser (report/calculator.js); every
+The page evaluates the generic engine's step model in the browser (report/calculator/); every
 number it uses comes from here: each catalog machine's figures in base units (B, B/s, FLOP/s, s),
 each catalog model's layer classes per weight format (``decode.layers``), its KV bytes per token
 per KV format, its prefill working set per token, and the model's constants. ``scenario_for`` turns the
@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from kvoffload.model import decode, kv, working_memory
+from kvoffload.model.routing import Routing
 from kvoffload.spec.hardware import System, load_system, system_ids
 from kvoffload.spec.models import Model, load_model, model_ids
 from kvoffload.spec.precision import KvFormat, WeightFormat
@@ -236,12 +237,8 @@ def model_entry(model: Model) -> dict[str, Any]:
     }
 
 
-def calculator_data() -> dict[str, Any]:
-    """Return everything the calculator page evaluates, JSON-ready (no NaN, no infinity)."""
-    machines = []
-    for sid in system_ids():
-        system = load_system(sid)
-        machines.append({"id": sid, "name": system.name, "figures": machine_figures(system)})
+def _shared() -> dict[str, Any]:
+    """Return what every export of the step model carries: its modes, streams and constants."""
     return {
         "version": VERSION,
         "budget_ms": BUDGET_MS,
@@ -250,11 +247,50 @@ def calculator_data() -> dict[str, Any]:
         "overlap_modes": list(decode.OVERLAP_MODES),
         "streams": list(decode.STREAMS),
         "stream_names": dict(decode.STREAM_NAMES),
-        "figures": [asdict(f) for f in FIGURES],
-        "attention_slack": ATTENTION_SLACK,
-        "machines": machines,
         "weight_formats": [f.value for f in WeightFormat],
         "kv_formats": [f.value for f in KvFormat],
         "state_value_bytes": {f.value: kv.state_value_bytes(f) for f in KvFormat},
+    }
+
+
+def calculator_data() -> dict[str, Any]:
+    """Return everything the calculator page evaluates, JSON-ready (no NaN, no infinity)."""
+    machines = []
+    for sid in system_ids():
+        system = load_system(sid)
+        machines.append({"id": sid, "name": system.name, "figures": machine_figures(system)})
+    return {
+        **_shared(),
+        "figures": [asdict(f) for f in FIGURES],
+        "attention_slack": ATTENTION_SLACK,
+        "machines": machines,
         "models": [model_entry(load_model(mid)) for mid in model_ids()],
+    }
+
+
+def setup_data(setup: decode.Setup) -> dict[str, Any]:
+    """Return the export for one setup: its machine and model alone, its formats and placement.
+
+    The step model the browser evaluates (report/calculator/model.js) reads whole-model shares,
+    uniform routing and every KV head stored; a setup it cannot express is refused (ValueError).
+    """
+    p = setup.placement
+    if p.groups or setup.kv_heads_stored is not None or setup.routing != Routing():
+        raise ValueError(
+            "the browser's step model takes whole-model shares, uniform routing and every KV head"
+        )
+    system, model = setup.system, setup.model
+    return {
+        **_shared(),
+        "machines": [{"id": system.id, "name": system.name, "figures": machine_figures(system)}],
+        "models": [model_entry(model)],
+        "setup": {
+            "weights_format": setup.weights.value,
+            "kv_format": setup.kv.value,
+            "weights": {t: float(getattr(p.weights, t)) for t in ("gpu", "cpu", "disk")},
+            "kv": {t: float(getattr(p.kv, t)) for t in ("gpu", "cpu", "disk")},
+            "attention": p.attention,
+            "overlap": p.overlap,
+            "pinned": p.pinned,
+        },
     }
