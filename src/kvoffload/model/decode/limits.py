@@ -17,6 +17,7 @@ from kvoffload.model.decode.streams import stream_times
 from kvoffload.model.decode.traffic import weight_traffic
 from kvoffload.model.search import largest_true
 from kvoffload.model.transfer import link_time
+from kvoffload.spec.limits import MAX_CONTEXT_TOKENS
 
 
 def hidden_tokens(setup: Setup, context: ArrayLike, batch: ArrayLike = 1) -> np.ndarray:
@@ -40,7 +41,7 @@ def hidden_tokens(setup: Setup, context: ArrayLike, batch: ArrayLike = 1) -> np.
 
 
 def max_context(
-    setup: Setup, budget_s: ArrayLike, batch: ArrayLike = 1, *, limit: int = 10_000_000
+    setup: Setup, budget_s: ArrayLike, batch: ArrayLike = 1, *, limit: int = MAX_CONTEXT_TOKENS
 ) -> np.ndarray:
     """Return the longest context whose decode step meets ``budget_s`` (0: none does; limit: all do)."""
     budget, b = np.broadcast_arrays(
@@ -65,7 +66,9 @@ def max_batch(
     return largest_true(ok, ctx.shape, limit)
 
 
-def knee_context(setup: Setup, batch: ArrayLike = 1, *, limit: int = 10_000_000) -> np.ndarray:
+def knee_context(
+    setup: Setup, batch: ArrayLike = 1, *, limit: int = MAX_CONTEXT_TOKENS
+) -> np.ndarray:
     """Return the longest context at which the GPU's own work still outlasts the host→GPU copies."""
     b = np.asarray(batch, dtype=np.float64)
 
