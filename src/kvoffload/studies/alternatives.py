@@ -10,13 +10,14 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from kvoffload.model import capacity, decode, kv
+from kvoffload.model import decode
 from kvoffload.model.search import largest_true
 from kvoffload.spec import catalog
 from kvoffload.spec.hardware import System
 from kvoffload.spec.models import Model
 from kvoffload.spec.precision import KvFormat, WeightFormat
 from kvoffload.spec.units import Dim, format_bytes, format_change, format_number, parse_quantity
+from kvoffload.studies import memory_fit
 
 
 @dataclass(frozen=True)
@@ -117,8 +118,8 @@ def fits(
     system: System, model: Model, option: Option, context: ArrayLike, batch: ArrayLike = 1
 ) -> np.ndarray:
     """Return whether every tier (GPU, host memory, disk) holds an option at (context, batch)."""
-    mem = _memory(system, model, option, context, batch)
-    return capacity.fits(system, mem.gpu, mem.cpu, mem.disk)
+    ctx = context_of(option, context).astype(np.int64)
+    return memory_fit.fits(setup(system, model, option), ctx, np.asarray(batch, dtype=np.int64))
 
 
 def tpot(
@@ -142,11 +143,12 @@ def ttft(system: System, model: Model, option: Option, context: int, batch: int 
 
 
 def longest_context(system: System, model: Model, option: Option, batch: int = 1) -> int:
-    """Return the longest context one option holds in GPU memory (host memory for offload)."""
-    weights = decode.resident_weight_bytes(model, option.weights)
-    reserve = float(decode.prefill_reserve(model, batch))  # a long prompt's prefill working set
-    budget = system.host_memory if option.kv_on_host else system.gpu_memory - weights - reserve
-    return int(kv.max_context(model, max(budget, 0.0), batch, option.kv))
+    """Return the longest context (tokens) whose footprint fits every tier under an option.
+
+    ``memory_fit.longest_context`` on the option's setup: the cache in GPU memory (host memory
+    for offload), beside the weights and the GPU's buffers. RAG's window is not applied.
+    """
+    return int(memory_fit.longest_context(setup(system, model, option), batch))
 
 
 def largest_batch(system: System, model: Model, option: Option, context: int) -> int:
