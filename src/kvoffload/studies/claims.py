@@ -13,10 +13,10 @@ import numpy as np
 from kvoffload.model import decode, kv, transfer
 from kvoffload.spec import catalog
 from kvoffload.spec.hardware import build_part, load_system
-from kvoffload.spec.limits import MAX_CONTEXT_TOKENS
 from kvoffload.spec.models import load_model
 from kvoffload.spec.precision import kv_format, weight_format
 from kvoffload.spec.units import Dim, UnitError, format_number, format_quantity, parse_quantity
+from kvoffload.studies import decode_budget
 
 VERDICTS = ("holds", "imprecise", "wrong", "not verifiable")
 
@@ -207,11 +207,9 @@ def tpot_w4_change(system: str, model: str, tokens: int, generate: int = 1) -> f
 
 
 def max_context(system: str, model: str, budget: str, batch: int = 1) -> float:
-    """Return the longest context (tokens) whose step meets a TPOT budget, all KV in host memory."""
+    """Return the longest context (tokens) whose TPOT meets a budget and fits, all KV in host memory."""
     budget_s = parse_quantity(budget, Dim.TIME)
-    return float(
-        decode.max_context(_offloaded(system, model), budget_s, batch, limit=MAX_CONTEXT_TOKENS)
-    )
+    return float(decode_budget.longest_within(_offloaded(system, model), budget_s, batch))
 
 
 def storage_step_time(system: str, model: str, tokens: int) -> float:
