@@ -67,6 +67,18 @@ def test_without_pytorch_the_gpu_is_skipped_with_a_reason(report):
         assert not any(k.startswith(("gpu.", "link.")) for k in report.figures)
 
 
+def test_every_random_read_point_reads_even_when_its_time_is_gone(tmp_path):
+    """A reader that starts late still reads once: a loaded machine slows a point, never empties it."""
+    path = tmp_path / "scratch"
+    path.write_bytes(os.urandom(MiB))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for depth in (1, 8):
+            assert measure._random_reads(fd, MiB, 4 * KiB, depth, 0.0, direct=False) > 0
+    finally:
+        os.close(fd)
+
+
 def test_no_direct_io_degrades_to_a_stated_caveat(tmp_path, monkeypatch):
     monkeypatch.delattr(os, "O_DIRECT", raising=False)
     r = measure.run_plan(TINY, directory=tmp_path)

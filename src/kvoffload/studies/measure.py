@@ -238,40 +238,65 @@ def _drop_cache(fd: int) -> None:
 def _random_reads(
     fd: int, file_bytes: int, size: int, depth: int, seconds: float, direct: bool
 ) -> float:
-    """Return bytes/s for random ``size`` reads with ``depth`` requests in flight."""
+    """Return bytes/s for random ``size`` reads with ``depth`` requests in flight.
+
+    The clock starts once every reader is running (a barrier of ``depth`` + 1) and each reader
+    reads at least once, so a loaded machine slows a point instead of leaving it empty; the
+    rate divides the bytes read by the time from the start to the end of the last read.
+    """
     blocks = file_bytes // size
-    stop = time.perf_counter() + seconds
+    clock = {"t0": 0.0, "stop": 0.0}  # set by the barrier's action, before any reader is let go
+
+    def begin() -> None:
+        clock["t0"] = time.perf_counter()
+        clock["stop"] = clock["t0"] + seconds
+
+    start = threading.Barrier(depth + 1, action=begin)
     halt = threading.Event()  # set when the main thread leaves early (a signal): stop reading
-    done = [0] * depth
-    lock = threading.Lock()
+    done = [0] * depth  # bytes read by each reader
+    ended = [0.0] * depth  # when each reader's last read ended
+    failed: list[BaseException] = []
 
     def worker(i: int) -> None:
         rng = np.random.default_rng(i)
-        buf = mmap.mmap(-1, size)  # page-aligned, as O_DIRECT needs
         try:
-            while not halt.is_set() and time.perf_counter() < stop:
-                offset = int(rng.integers(blocks)) * size
-                os.preadv(fd, [buf], offset)
-                with lock:
+            buf = mmap.mmap(-1, size)  # page-aligned, as O_DIRECT needs
+            try:
+                start.wait()
+                while True:
+                    offset = int(rng.integers(blocks)) * size
+                    os.preadv(fd, [buf], offset)
                     done[i] += size
-        finally:
-            buf.close()
+                    ended[i] = time.perf_counter()
+                    if halt.is_set() or ended[i] >= clock["stop"]:
+                        break
+            finally:
+                buf.close()
+        except threading.BrokenBarrierError:  # the main thread left, or another reader failed
+            pass
+        except BaseException as exc:
+            failed.append(exc)
+            start.abort()
 
     if not direct:
         _drop_cache(fd)
-    t0 = time.perf_counter()
     threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(depth)]
     try:
         for t in threads:
             t.start()
+        with contextlib.suppress(threading.BrokenBarrierError):  # a reader failed: raised below
+            start.wait()
         for t in threads:
             t.join()
     finally:  # on a signal too: no reader outlives the file descriptor it reads
         halt.set()
+        start.abort()
         for t in threads:
             if t.is_alive():
                 t.join()
-    return sum(done) / (time.perf_counter() - t0)
+    if failed:
+        raise failed[0]
+    return sum(done) / (max(ended) - clock["t0"])
 
 
 def storage(plan: Plan, report: Report, progress: Callable[[str], None], directory: Path) -> None:
