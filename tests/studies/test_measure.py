@@ -16,6 +16,7 @@ from kvoffload.spec.hardware import PART_MODELS, build_system, load_system
 from kvoffload.spec.signals import Interrupted
 from kvoffload.spec.units import Dim, parse_quantity
 from kvoffload.studies import measure
+from kvoffload.studies.measure import machine, profile_file, storage_rates
 from tests.support.samples import TINY
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -74,7 +75,7 @@ def test_every_random_read_point_reads_even_when_its_time_is_gone(tmp_path):
     fd = os.open(path, os.O_RDONLY)
     try:
         for depth in (1, 8):
-            assert measure._random_reads(fd, MiB, 4 * KiB, depth, 0.0, direct=False) > 0
+            assert storage_rates._random_reads(fd, MiB, 4 * KiB, depth, 0.0, direct=False) > 0
     finally:
         os.close(fd)
 
@@ -218,7 +219,7 @@ def test_the_profile_is_written_0644_through_a_temporary_file(report, tmp_path, 
         renamed.append((Path(src), Path(dst)))
         real_replace(src, dst)
 
-    monkeypatch.setattr(measure.os, "replace", replace)
+    monkeypatch.setattr(os, "replace", replace)
     previous = os.umask(0o022)
     try:
         measure.write_profile(raw, out)
@@ -254,7 +255,7 @@ def test_a_full_disk_leaves_no_temporary_file_and_the_old_profile_whole(
         os.write(fd, bytes(data)[:100])  # part of it, then the disk is full
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(measure, "_write_all", full)
+    monkeypatch.setattr(profile_file, "_write_all", full)
     with pytest.raises(InputError, match="could not write the profile: No space left") as err:
         measure.write_profile(raw, out)
     assert err.value.file == str(out)
@@ -267,7 +268,7 @@ def test_the_scratch_file_is_removed_when_the_measurement_is_interrupted(tmp_pat
         assert list(tmp_path.glob(".kvoffload-measure-*"))  # it exists while reads run
         raise Interrupted(15)
 
-    monkeypatch.setattr(measure, "_random_reads", interrupted)
+    monkeypatch.setattr(storage_rates, "_random_reads", interrupted)
     with pytest.raises(Interrupted):
         measure.storage(TINY, measure.Report(), lambda _: None, tmp_path)
     assert not list(tmp_path.glob(".kvoffload-measure-*"))
@@ -279,7 +280,7 @@ def test_a_stop_is_not_swallowed_as_a_failed_part(tmp_path, monkeypatch):
     def stopped(*_args):
         raise Interrupted(2)
 
-    monkeypatch.setattr(measure, "gpu", stopped)
+    monkeypatch.setattr(machine, "gpu", stopped)
     with pytest.raises(Interrupted):
         measure.run_plan(TINY, directory=tmp_path)
 
@@ -293,7 +294,7 @@ def test_skip_reasons_from_hostile_errors_are_one_plain_line_the_profile_accepts
     def broken(*_args):
         raise RuntimeError("CUDA error: launch failed\n  at line 2\r\x1b[31mred\u2028" + "x" * 3000)
 
-    monkeypatch.setattr(measure, "gpu", broken)
+    monkeypatch.setattr(machine, "gpu", broken)
     r = measure.run_plan(TINY, directory=tmp_path / "no\nsuch\x1bfolder")
     assert len(r.skipped) == 2
     for reason in r.skipped:

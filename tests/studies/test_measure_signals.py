@@ -25,7 +25,8 @@ MiB = 1 << 20
 measure.Plan.quick = staticmethod(
     lambda: measure.Plan(8 * MiB, 32 * MiB, 0.5, (4096, 65536, MiB), (1, 4, 16), (65536,))
 )
-measure.host_memory = lambda plan, report, progress: None
+from kvoffload.studies.measure import machine
+machine.host_memory = lambda plan, report, progress: None
 from kvoffload.cli import main
 sys.exit(main(sys.argv[1:]))
 """
