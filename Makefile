@@ -9,7 +9,7 @@ LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
 FONT_PACKAGES := @expo-google-fonts/noto-sans-kr@0.4.3 @expo-google-fonts/noto-emoji@0.4.7
 FONT_TOOLS := fonttools==4.68.0 brotli==1.2.1
 
-.PHONY: venv book test lint format bench bench-quick clean lab fonts
+.PHONY: venv book test test-fast lint format bench bench-quick clean lab fonts
 
 venv: $(STAMP)
 
@@ -30,11 +30,17 @@ $(STAMP): requirements.lock pyproject.toml
 book: $(STAMP)
 	$(BIN)/kvoffload book $(if $(JOBS),--jobs $(JOBS),) $(if $(PROFILES),--profiles $(PROFILES),)
 
+# The whole suite on two workers (pytest-xdist); tests that share the session's book build run on
+# one worker (their xdist_group), so it is built once.
 test: $(STAMP)
 	$(BIN)/ruff check src tests
 	$(BIN)/ruff format --check src tests
 	$(BIN)/lint-imports --no-cache --no-logo
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(or $(TEST_WORKERS),2) --dist loadgroup
+
+# The inputs and the cost model alone: seconds, for the edit-test loop.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q tests/spec tests/model
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests

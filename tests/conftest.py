@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import pickle
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -75,9 +77,22 @@ def write(tmp_path: Path):
 
 @pytest.fixture(scope="session")
 def built_book(tmp_path_factory):
-    """Build the book for two profiles in a copy of the sources; return (root, result)."""
+    """Build the book for two profiles in a copy of the sources; return (root, result).
+
+    Built once per run: under pytest-xdist the first worker to ask builds it in the run's shared
+    temporary folder, under a lock, and the others wait and read the same site. Tests use it
+    read-only (a no-op rebuild included); one that edits the book works on a copy.
+    """
     from kvoffload.build.site import build_book
 
-    root = copy_book_sources(tmp_path_factory.mktemp("book"))
-    result = build_book(root, BOOK_PROFILES, n_jobs=2, progress=False)
-    return root, result
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    root = shared / "built-book"
+    stored = shared / "built-book.pickle"
+    with (shared / "built-book.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not stored.exists():
+            copy_book_sources(root)
+            result = build_book(root, BOOK_PROFILES, n_jobs=2, progress=False)
+            stored.write_bytes(pickle.dumps(result))
+    return root, pickle.loads(stored.read_bytes())

@@ -7,14 +7,8 @@ import pytest
 
 from kvoffload.build.runner import chapters, per_profile
 from tests.support.browser import open_page
-from tests.support.paths import BOOK_PROFILES
 
 pytestmark = pytest.mark.slow
-
-
-def _pages(root):
-    every = [c for c in chapters(root) if per_profile(c)]
-    return [f"book/generated/{p}/{c.name}.html" for p in BOOK_PROFILES for c in every]
 
 
 def test_once_only_chapters_load_cleanly(browser, site):
@@ -25,25 +19,6 @@ def test_once_only_chapters_load_cleanly(browser, site):
         )
         assert page.locator("h1").count() >= 1
         assert not errors and not offhost, (c.name, errors, offhost)
-        page.close()
-
-
-def test_every_chart_draws_without_console_errors(browser, site):
-    root, base = site
-    for rel in _pages(root):
-        page, errors, offhost = open_page(browser, f"{base}/{rel}")
-        charts = page.locator(".kvoffload-chart")
-        n = charts.count()
-        assert n >= 1, rel
-        page.wait_for_function(
-            "n => document.querySelectorAll('.kvoffload-chart svg').length >= n",
-            arg=n,
-            timeout=20000,
-        )
-        for i in range(n):
-            assert charts.nth(i).locator("svg").count() >= 1, f"{rel}: chart {i} did not draw"
-        assert not errors, f"{rel}: console errors {errors}"
-        assert not offhost, f"{rel}: requested {offhost}"
         page.close()
 
 
@@ -66,28 +41,25 @@ def test_search_finds_a_chapter(browser, site):
     page.close()
 
 
-def test_sliders_change_the_interactive_chart_without_a_kernel(browser, site):
+def test_the_try_it_widget_recomputes_tpot_without_a_kernel(browser, site):
     _, base = site
     page, errors, offhost = open_page(
         browser, f"{base}/book/generated/article-reference/03_decode_timing.html"
     )
-    page.wait_for_function(
-        "document.querySelectorAll('.kvoffload-chart svg').length >= 5", timeout=20000
-    )
-    slider = page.locator(".vega-bind input[type=range]").first
-    assert slider.count() == 1
-    chart = slider.locator("xpath=ancestor::div[contains(@class,'kvoffload-chart')]")
-    paths = chart.locator("svg path")
-
-    def shapes():
-        return [paths.nth(i).get_attribute("d") for i in range(paths.count())]
-
-    before = shapes()
+    widget = page.locator(".kvo-tpot")
+    assert widget.count() == 1
+    shown = widget.locator('[data-kvo="tpot_none_ms"]')
+    page.wait_for_function("el => el.textContent.trim() !== ''", arg=shown.element_handle())
+    before = shown.inner_text()
+    slider = widget.locator('input[data-kvo="link_slider"]')
     slider.evaluate(
-        "(el) => { el.value = 400; el.dispatchEvent(new Event('input', {bubbles: true})); }"
+        "(el) => { el.value = el.max; el.dispatchEvent(new Event('input', {bubbles: true})); }"
     )
-    page.wait_for_timeout(500)
-    after = shapes()
-    assert before != after, "moving the link-bandwidth slider did not redraw the chart"
+    page.wait_for_function(
+        "([el, old]) => el.textContent !== old", arg=[shown.element_handle(), before]
+    )
+    assert float(shown.inner_text().replace(",", "").split()[0]) < float(
+        before.replace(",", "").split()[0]
+    ), "a faster link must shorten the offloaded step"
     assert not errors and not offhost
     page.close()
