@@ -24,6 +24,7 @@ from kvoffload.spec.precision import KvFormat, kv_vector_bytes
 _FULL = np.iinfo(np.int64).max // 4  # stands for "no window" in integer arithmetic
 
 
+@cache
 def attention_layer_token_bytes(model: Model, fmt: KvFormat = KvFormat.BF16) -> int:
     """Return the bytes one token adds to one attention layer's cache (K and V, or the latent)."""
     return sum(count * kv_vector_bytes(length, fmt) for count, length in model.kv_vectors())
@@ -99,9 +100,25 @@ def full_layer_bytes(model: Model, tokens: int, fmt: KvFormat = KvFormat.BF16) -
     return int((held * bytes_per_token_per_layer(model, fmt)).max())
 
 
+@cache
+def _cap_rows(model: Model, fmt: KvFormat) -> tuple[tuple[tuple[int, int], ...], int]:
+    """Return (window cap, bytes per token summed over the layers with that cap) pairs and the state."""
+    caps, per_token, state = _layer_rows(model, fmt)
+    by_cap: dict[int, int] = {}
+    for cap, nbytes in zip(caps.tolist(), per_token.tolist(), strict=True):
+        by_cap[cap] = by_cap.get(cap, 0) + nbytes
+    return tuple(by_cap.items()), int(state.sum())
+
+
 def request_bytes(model: Model, seq: ArrayLike, fmt: KvFormat = KvFormat.BF16) -> np.ndarray:
     """Return the cache bytes of one request at context ``seq`` (vectorised over seq)."""
-    return layer_bytes(model, seq, fmt).sum(axis=-1)
+    s = np.asarray(seq, dtype=np.int64)
+    if s.ndim:
+        return layer_bytes(model, s, fmt).sum(axis=-1)
+    # one context: the same integer sum over the layers, grouped by window, without arrays
+    rows, state = _cap_rows(model, fmt)
+    at = int(s)
+    return np.int64(sum(min(at, cap) * nbytes for cap, nbytes in rows) + state)
 
 
 def batch_bytes(

@@ -6,6 +6,7 @@ whatever the engine; what only one engine has goes under ``engine_settings``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,9 +78,9 @@ class Prediction:
     scenario: Scenario
     tpot_s: float
     ttft_s: float
-    streams_s: dict[str, float]
+    streams_s: Mapping[str, float]
     memory: decode.Memory
-    by_overlap_s: dict[str, float]
+    by_overlap_s: Mapping[str, float]
     resolved: Resolved
     settings: dict[str, Any] = field(default_factory=dict)  # the engine's own resolved settings
     policy: str = ""  # one line saying what the engine chose, for people
@@ -152,20 +153,77 @@ def check_fits(sc: Scenario, mem: decode.Memory, name: str = "scenario") -> None
         )
 
 
+class _MeanSteps:
+    """A scenario's mean step over its generated tokens, each part computed when first read.
+
+    Token by token (at most ``decode.exact_mean.BRUTE_STEPS`` steps) a quantity's mean is the
+    same bits whichever quantities are computed beside it, so TPOT, the streams and the other
+    overlap modes are computed apart, each when asked for. Past that the interval splitting looks
+    at every quantity at once, so all are computed together, in one call, as the step model does.
+    """
+
+    def __init__(self, setup: decode.Setup, prompt: int, generate: int, batch: int) -> None:
+        self._args = (setup, prompt, generate, batch)
+        self._apart = generate <= decode.exact_mean.BRUTE_STEPS
+        self._parts: dict[str, dict[str, float]] = {}
+
+    def part(self, name: str) -> dict[str, float]:
+        """Return 'tpot' (the placement's mode), 'streams' or 'by_overlap' (every mode), in s."""
+        if name not in self._parts:
+            mode = self._args[0].placement.overlap
+            overlaps, streams = decode.OVERLAP_MODES, True
+            if self._apart and name == "tpot":
+                overlaps, streams = (mode,), False
+            elif self._apart and name == "streams":
+                overlaps = ()
+            mean = decode.mean_step(*self._args, overlaps, streams=streams)
+            by_overlap = {m: float(v) for m, v in mean.by_overlap.items()}
+            if len(by_overlap) == len(decode.OVERLAP_MODES):
+                self._parts["by_overlap"] = by_overlap
+            if mode in by_overlap:
+                self._parts.setdefault("tpot", {mode: by_overlap[mode]})
+            if streams:
+                self._parts.setdefault("streams", {k: float(v) for k, v in mean.streams.items()})
+        return self._parts[name]
+
+
+class _Later(Mapping[str, float]):
+    """A mapping of one part of a ``_MeanSteps``, read (and so computed) only when used."""
+
+    __slots__ = ("_means", "_name")
+
+    def __init__(self, means: _MeanSteps, name: str) -> None:
+        self._means, self._name = means, name
+
+    def __getitem__(self, key: str) -> float:
+        return self._means.part(self._name)[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._means.part(self._name))
+
+    def __len__(self) -> int:
+        return len(self._means.part(self._name))
+
+    def __repr__(self) -> str:
+        return repr(self._means.part(self._name))
+
+
 def predict_setup(sc: Scenario, setup: decode.Setup, **extra: Any) -> Prediction:
-    """Return the step model's prediction for a scenario run with ``setup``."""
+    """Return the step model's prediction for a scenario run with ``setup``.
+
+    TPOT is the exact mean over every generated token, from context prompt to prompt +
+    generate - 1. The streams and the other overlap modes are computed when first read (by
+    ``to_json``, ``bottleneck`` or an engine), so an in-process caller pays for one mode.
+    """
     mem = decode.memory(setup, sc.prompt + sc.generate, sc.batch)
-    # the exact mean over every generated token, from context prompt to prompt + generate - 1
-    mean = decode.mean_step(setup, sc.prompt, sc.generate, sc.batch)
-    streams = {k: float(v) for k, v in mean.streams.items()}
-    by_overlap = {m: float(v) for m, v in mean.by_overlap.items()}
+    means = _MeanSteps(setup, sc.prompt, sc.generate, sc.batch)
     return Prediction(
         scenario=sc,
-        tpot_s=by_overlap[setup.placement.overlap],
+        tpot_s=means.part("tpot")[setup.placement.overlap],
         ttft_s=float(decode.ttft(setup, sc.prompt, sc.batch)),
-        streams_s=streams,
+        streams_s=_Later(means, "streams"),
         memory=mem,
-        by_overlap_s=by_overlap,
-        resolved=extra.pop("resolved", Resolved.of(setup)),
+        by_overlap_s=_Later(means, "by_overlap"),
+        resolved=extra.pop("resolved", None) or Resolved.of(setup),
         **extra,
     )

@@ -16,9 +16,12 @@ def transfer_time(
 ) -> np.ndarray:
     """Return seconds to move ``nbytes`` (B) at ``bandwidth`` (B/s) in ``transfers`` copies."""
     b = np.asarray(nbytes, dtype=np.float64)
-    return np.asarray(latency, dtype=np.float64) * np.asarray(transfers) + b / np.asarray(
-        bandwidth, dtype=np.float64
-    )
+    return _f64(latency) * np.asarray(transfers) + b / _f64(bandwidth)
+
+
+def _f64(x: ArrayLike) -> float | np.ndarray:
+    """Return ``x`` as float64: a Python float as it is (the same value), else as an array."""
+    return x if isinstance(x, float) else np.asarray(x, dtype=np.float64)
 
 
 def link_time(

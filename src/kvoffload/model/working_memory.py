@@ -73,6 +73,18 @@ def _widths(model: Model) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarra
     return at_softmax, after_value, 2.0 * h + mlp, attends.astype(bool)
 
 
+@cache
+def _fused_widths(model: Model) -> tuple[float, float]:
+    """Return the bytes per row of the largest attention and MLP stage with no score matrix.
+
+    Rows are never negative, so the largest stage of rows x width is rows x the largest width,
+    the same product ``prefill_stage_bytes`` takes over every layer kind.
+    """
+    at_softmax, after_value, mlp, _ = _widths(model)
+    attention = np.max(np.maximum(FP16 * at_softmax, FP16 * after_value))
+    return float(attention), float(np.max(FP16 * mlp))
+
+
 def prefill_stage_bytes(
     model: Model,
     prompt: ArrayLike,
@@ -88,6 +100,11 @@ def prefill_stage_bytes(
     the score matrix over the whole prompt (eager attention); without, a fused kernel keeps it
     on chip. Arrays broadcast over ``prompt`` and ``batch``.
     """
+    if not scores:  # no score matrix: each stage is the rows times its widest layer's width
+        s, b = np.asarray(prompt, dtype=np.float64), np.asarray(batch, dtype=np.float64)
+        rows = b * s if chunk is None else np.minimum(b * s, float(chunk))
+        attention, mlp = _fused_widths(model)
+        return rows * attention, rows * mlp
     s = np.asarray(prompt, dtype=np.float64)[..., None]
     b = np.asarray(batch, dtype=np.float64)[..., None]
     rows = b * s if chunk is None else np.minimum(b * s, float(chunk))
