@@ -1,5 +1,6 @@
 """Benchmark the book pipeline, in one run: cold build, warm no-op, a prose edit and a code edit of
-one chapter, one chapter for a new profile, and jupyter-cache's rebuild of the same prose edit.
+one chapter, one chapter for a new profile, `kvoffload run` of one chapter for a user's machine
+beside the same chapter inside the book, and jupyter-cache's rebuild of the same prose edit.
 
 Run with `make bench`. Works on copies of the sources in a temporary folder, so the working
 tree's book is untouched. Prints `name: value` lines (a script can read them); asserts nothing.
@@ -25,6 +26,7 @@ from pathlib import Path
 from kvoffload.build.profile_run import run_for_profile
 from kvoffload.build.site import build_book
 from tests.support.paths import copy_book_sources
+from tests.support.samples import GOOD_PROFILE
 
 PROFILE = """id: bench-box
 name: "Benchmark box: RTX 4090 on a 12 GB/s link"
@@ -37,6 +39,7 @@ EDITED = "01_memory_tiers.md"
 PROSE_MARK = "## Overview\n"
 CODE_MARK = "from myst_nb import glue\n"
 PROSE_EDITS = 3  # each prose-edit figure is the median of this many successive edits
+CHAPTER = "03"  # the chapter a reader re-runs for a machine of their own (`kvoffload run`)
 
 
 def _prose_edit(root: Path, n: int) -> None:
@@ -82,6 +85,9 @@ def _ours(tmp: Path, profiles: list[str] | None, tag: str) -> dict[str, str]:
     cold, t = _timed(build_book, root, profiles, progress=False)
     figures["cold_build_s"] = f"{t:.1f}"
     figures["cold_build_executed"] = str(cold.executed)
+    # one run of the chapter inside the book: its jobs' median time in the cold build
+    inside = [o.seconds for o in cold.outcomes if o.job.chapter.number == CHAPTER]
+    figures["book_chapter_s"] = f"{statistics.median(inside):.2f}" if inside else "none"
     warm, t = _timed(build_book, root, profiles, progress=False)
     figures["warm_noop_s"] = f"{t:.2f}"
     figures["warm_noop_executed"] = str(warm.executed)
@@ -135,6 +141,22 @@ def _jupyter_cache_prose_edit(tmp: Path) -> tuple[float, list[float]] | None:
     return first, times
 
 
+def _standalone_chapter(tmp: Path, root: Path) -> list[float]:
+    """Return the times (s) of `kvoffload run --hardware mine.yaml --chapter 03`, a new process
+    each: into a new folder (the chapter executes), into another new folder, into the same again.
+    """
+    mine = tmp / "mine.yaml"
+    mine.write_text(GOOD_PROFILE)
+    times = []
+    for out in ("standalone-1", "standalone-2", "standalone-2"):
+        command = [sys.executable, "-m", "kvoffload", "run", "--hardware", str(mine)]
+        command += ["--chapter", CHAPTER, "--out", str(tmp / out), "--quiet"]
+        t0 = time.perf_counter()
+        subprocess.run(command, cwd=root, capture_output=True, check=True)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--profiles", default=None)
@@ -143,7 +165,7 @@ def main() -> None:
     figures: dict[str, str] = _Printed()
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
-        _ours(tmp, profiles, "book")
+        ours = _ours(tmp, profiles, "book")
         # the peer's comparison: the same chapters, one profile (their default parameters)
         one = _ours(tmp, ["article-reference"], "one_profile")
         peer = _jupyter_cache_prose_edit(tmp)
@@ -167,6 +189,10 @@ def main() -> None:
         )
         figures["one_chapter_new_profile_s"] = f"{t:.1f}"
         shutil.rmtree(tmp / "out", ignore_errors=True)
+        standalone = _standalone_chapter(tmp, root)
+        figures["standalone_chapter_s"] = f"{statistics.median(standalone):.2f}"
+        figures["standalone_chapter_runs_s"] = " ".join(f"{t:.2f}" for t in standalone)
+        figures["book_chapter_s"] = ours["book_chapter_s"]
 
 
 if __name__ == "__main__":

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvoffload.build import notebook_cache
 from kvoffload.build.assets import catalog_bib, vendor_assets
 from kvoffload.build.jupyterbook import WarmSphinx, build_and_swap
 from kvoffload.build.pages import prepare_page
@@ -15,6 +17,7 @@ from kvoffload.build.runner import (
     Chapter,
     Job,
     Outcome,
+    cached,
     chapters,
     check_parameters,
     declared_parameters,
@@ -26,6 +29,9 @@ from kvoffload.spec.errors import InputError
 from kvoffload.spec.models import load_model
 from kvoffload.spec.text import markdown_text
 
+# each profile's executed chapters, kept by their inputs (code, parameters, files): a run for the
+# same machine into another folder takes them instead of executing again
+RUNS = Path("_build") / ".cache" / "runs"
 MARKER = ".kvoffload-run"  # in each folder `kvoffload run` made, and so may overwrite
 _MARKER_TEXT = "made by kvoffload run, which replaces what it wrote here on the next run\n"
 
@@ -58,6 +64,9 @@ def run_for_profile(
     out = (out or Path("kvoffload-run") / profile.id).resolve()
     claim_folder(out)
     src, staging = out / ".site-src", out / ".site-build"
+    # the last run's pages go before Sphinx starts: removed under its imports, the extension's
+    # folder would be remembered as missing and the build would fail to import it
+    shutil.rmtree(src, ignore_errors=True)
     with WarmSphinx(src, staging) as warm:  # Sphinx's imports overlap the chapters' runs
         outcomes = _run(root, profile, chosen, model, out, src, n_jobs, progress)
         build_and_swap(src, staging, out / "html", extra={MARKER: _MARKER_TEXT.encode()}, warm=warm)
@@ -84,19 +93,23 @@ def _run(
         }
         check_parameters(chapter, values)
         jobs.append(Job(chapter, profile.id, values, out / f"{chapter.name}.ipynb", profile.files))
+    runs = root / RUNS / profile.id
+    for job in jobs:
+        _take_stored(job, runs / job.out.name)
     outcomes = run_jobs(jobs, n_jobs=n_jobs, progress=progress)
-    shutil.rmtree(src, ignore_errors=True)
+    for job in jobs:
+        _keep(job.out, runs / job.out.name)
     (src / "book" / "generated").mkdir(parents=True)
     for job in jobs:
         shutil.copy2(job.out, src / job.out.name)
         # the page's copy: its title names the machine, its parameters show folded
         machine = profile.system if per_profile(job.chapter) else None
         prepare_page(src / job.out.name, job.chapter, machine)
-    shutil.copytree(
-        root / "book" / "_static", src / "book" / "_static", ignore=shutil.ignore_patterns("vendor")
-    )
+    # the Vega bundle and MathJax as the book keeps them (git-ignored): made once per version
+    # (the bundle takes seconds), then copied with the rest of the static files
+    vendor_assets(root / "book" / "_static")
+    shutil.copytree(root / "book" / "_static", src / "book" / "_static")
     shutil.copytree(root / "book" / "_ext", src / "book" / "_ext")
-    vendor_assets(src / "book" / "_static")
     bib = (root / "book" / "references.bib").read_text(encoding="utf-8")
     (src / "book" / "references.bib").write_text(bib, encoding="utf-8")
     (src / "book" / "generated" / "catalog.bib").write_text(catalog_bib(bib), encoding="utf-8")
@@ -113,6 +126,23 @@ def _run(
     toc = ["format: jb-book", "root: index", "chapters:", *[f"  - file: {c.name}" for c in chosen]]
     (src / "_toc.yml").write_text("\n".join(toc) + "\n", encoding="utf-8")
     return outcomes
+
+
+def _take_stored(job: Job, stored: Path) -> None:
+    """Start ``job`` from the run kept in ``stored`` when it is sound and made from the same inputs."""
+    if cached(job) or notebook_cache.load(stored, job.key()) is None:
+        return
+    shutil.copy2(stored, job.out)
+
+
+def _keep(run: Path, stored: Path) -> None:
+    """Keep a verified run in ``stored`` (atomically), for the next ``kvoffload run`` anywhere."""
+    if stored.is_file() and stored.read_bytes() == run.read_bytes():
+        return
+    stored.parent.mkdir(parents=True, exist_ok=True)
+    tmp = stored.with_name(f".{stored.name}.{os.getpid()}.tmp")
+    shutil.copy2(run, tmp)
+    os.replace(tmp, stored)
 
 
 def _owned(folder: Path) -> bool:
