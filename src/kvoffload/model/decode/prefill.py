@@ -12,27 +12,55 @@ from kvoffload.spec.models import Model
 from kvoffload.spec.precision import WeightFormat
 
 
-def prefill_flops(model: Model, prompt: ArrayLike, batch: ArrayLike = 1) -> np.ndarray:
-    """Return the FLOPs of the prefill: matmuls plus causal attention (windows respected)."""
+def _attended(s: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Return the positions attended, summed over the first ``s`` tokens (s^2/2, or the window's)."""
+    wf = np.minimum(w, s)
+    return wf * wf / 2 + (s - wf) * wf
+
+
+def prefill_flops(
+    model: Model, prompt: ArrayLike, batch: ArrayLike = 1, cached: ArrayLike = 0
+) -> np.ndarray:
+    """Return the FLOPs of the prefill: matmuls plus causal attention (windows respected).
+
+    ``cached``: the first tokens' KV is already there (a prefix-cache hit): only the tokens after
+    them pass the matmuls, and their attention still reads every position before them.
+    """
     lay = layers(model, WeightFormat.BF16)
     s = np.asarray(prompt, dtype=np.float64)[..., None]
     b = np.asarray(batch, dtype=np.float64)[..., None]
     w = lay.window
-    # positions attended summed over the prompt: s^2/2 for full layers, capped by the window
-    wf = np.minimum(w, s)
-    capped = wf * wf / 2 + (s - wf) * wf
-    per_class = b * (s * lay.dense_flops + lay.attn_flops * capped)
+    if not np.any(cached):
+        per_class = b * (s * lay.dense_flops + lay.attn_flops * _attended(s, w))
+        return per_class @ lay.count
+    c = np.asarray(cached, dtype=np.float64)[..., None]
+    per_class = b * (
+        (s - c) * lay.dense_flops + lay.attn_flops * (_attended(s, w) - _attended(c, w))
+    )
     return per_class @ lay.count
 
 
-def ttft(setup: Setup, prompt: ArrayLike, batch: ArrayLike = 1) -> np.ndarray:
-    """Return the prefill time (s): compute-bound matmuls and attention, weights streamed once."""
+def ttft(
+    setup: Setup, prompt: ArrayLike, batch: ArrayLike = 1, cached: ArrayLike = 0
+) -> np.ndarray:
+    """Return the prefill time (s): compute-bound matmuls and attention, weights streamed once.
+
+    ``cached``: the prompt's first tokens are already in GPU memory (a prefix-cache hit, reloaded
+    or kept): the new tokens are computed, their attention reads the cached KV once from GPU
+    memory, and only the new tokens' KV is written out where the placement offloads it.
+    """
     sysm, p = setup.system, setup.placement
     hbm = sysm.gpu.streaming_bandwidth
     weights = step_weight_bytes(setup.model, setup.weights)
     kv_total = _kv_total(setup, prompt, batch)
+    reads = weights / hbm
+    if np.any(cached):
+        c = np.asarray(cached, dtype=np.int64)
+        prefix = _kv_total(setup, c, batch) - _kv_total(setup, np.zeros_like(c), batch)
+        reads = reads + prefix / sysm.gpu.attention_rate
+        kv_total = kv_total - prefix
     compute = np.maximum(
-        prefill_flops(setup.model, prompt, batch) / sysm.compute_rate, weights / hbm
+        prefill_flops(setup.model, prompt, batch, cached) / sysm.compute_rate, reads
     )
     rate_in = sysm.copy_rate("h2d", pinned=p.pinned)
     rate_out = sysm.copy_rate("d2h", pinned=p.pinned)
