@@ -31,10 +31,20 @@ GPU_IDS = set(
         "rtx-4090",
         "rtx-a6000",
         "mi300x",
+        "rtx-3060-12gb",
+        "rtx-3080-10gb",
+        "rtx-3090",
+        "rtx-4060-ti-16gb",
+        "rtx-4070-ti",
+        "rtx-4080",
+        "rtx-5080",
+        "rtx-5090",
+        "rtx-6000-ada",
     ]
 )
 LINK_IDS = {
     "pcie3-x16",
+    "pcie4-x8",
     "pcie4-x16",
     "pcie5-x16",
     "pcie6-x16",
