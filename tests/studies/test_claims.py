@@ -212,17 +212,62 @@ def test_the_disputed_verdicts_are_rejudged():
 
 
 def test_the_missing_claims_are_added():
-    added = {c.id for c in CLAIMS if c.previous_verdict == NEW}
-    assert added == {"kv-to-gpu-premise", "nvme-dram-reversal", "flexgen-schedule"}
+    first = {"kv-to-gpu-premise", "nvme-dram-reversal", "flexgen-schedule"}
+    second = {
+        "article-model-context": "wrong",  # Llama-3-8B stops at 8,192 positions
+        "llamacpp-ngl": "holds",
+        "vllm-tp-total": "holds",
+        "flexgen-lp": "holds",
+        "int8-kv-tpot": "holds",
+        "rag-tpot": "holds",
+    }
+    added = {c.id for c in CLAIMS if c.added}
+    assert added == first | set(second)
     hangul = re.compile(r"[\uac00-\ud7a3]")
     for ident in added:
         c = BY_ID[ident]
         assert hangul.search(c.quote), ident  # quoted in Korean
-        assert c.source in catalog.sources(), ident
-        assert c.verdict == "wrong", ident
+        assert c.source in catalog.sources() or c.recompute, ident
+    for ident in first:  # added as wrong; kv-to-gpu-premise re-judged since (below)
+        assert BY_ID[ident].verdicts[:2] == (NEW, "wrong"), ident
+    for ident, verdict in second.items():
+        assert BY_ID[ident].verdicts == (NEW, verdict), ident
     assert "순차 스케줄" in BY_ID["flexgen-schedule"].quote
     assert "역전" in BY_ID["nvme-dram-reversal"].quote
     assert "GPU로 올려야" in BY_ID["kv-to-gpu-premise"].quote
+
+
+def test_the_reviewed_verdicts_are_rejudged():
+    expect = {  # id: (before, after)
+        "tier-pcie4": ("wrong", "imprecise"),  # copy-engine figures, as the catalog says
+        "tier-nvme": ("imprecise", "holds"),  # the class is rated 7,000 MB/s
+        "kv-to-gpu-premise": ("wrong", "holds"),  # the design the article analyses
+        "flexgen-nvme": ("holds", "imprecise"),  # verbatim, but not a 7 GB/s drive
+        "infllm-accuracy": ("not verifiable", "holds"),
+        "infllm-savings": ("not verifiable", "wrong"),  # memory falls by 66%, Llama-3-8B
+        "conditions-nvme-8k": ("holds", "wrong"),  # NVMe meets 100 ms below 5,340 tokens
+        "w4-tpot": ("wrong", "holds"),  # a penalty column: a speed-up is no penalty
+    }
+    for ident, (before, after) in expect.items():
+        c = BY_ID[ident]
+        assert (c.previous_verdict, c.verdict) == (before, after), ident
+        assert c.previous_reason and c.change_reason, ident
+    assert BY_ID["tier-nvme"].verdicts == ("holds", "imprecise", "holds")
+    assert BY_ID["kv-to-gpu-premise"].verdicts == (NEW, "wrong", "holds")
+    assert BY_ID["tier-pcie4"].recompute["args"]["field"] == "d2h_bandwidth"
+    assert "(NVMe)" not in BY_ID["conditions-nvme-8k"].quote
+    limit = BY_ID["conditions-nvme-8k"].recomputed()
+    assert 5000 < limit < 5500  # 100 ms x 7 GB/s over 131,072 B per token
+    assert cl.tpot_penalty("a100-80gb-sxm-pcie4", "llama-3.1-8b", 8000, weights="int4") == 0
+
+
+def test_every_verdict_history_keeps_its_reasons():
+    for c in CLAIMS:
+        assert len(c.verdicts) == 1 + bool(c.previous_verdict) + len(c.earlier), c.id
+        for older, newer in zip(c.verdicts, c.verdicts[1:], strict=False):
+            assert older != newer, c.id
+    with pytest.raises(ValueError, match="earlier"):
+        _claim(1, earlier=({"verdict": "wrong", "change_reason": "x" * 30},))
 
 
 def test_cited_code_is_pinned_to_a_commit():
@@ -230,10 +275,14 @@ def test_cited_code_is_pinned_to_a_commit():
         "flexllmgen-flex-opt-code",
         "flexllmgen-torch-disk-code",
         "vllm-offloading-connector-code",
+        "llama-cpp-layer-placement",
     ):
         entry = catalog.sources()[ident]
         assert re.fullmatch(r"[0-9a-f]{40}", entry["version"]["commit"]), ident
         assert entry["version"]["commit"] in entry["url"], ident
+    for c in CLAIMS:  # no claim's source points at a moving branch or the latest docs
+        url = catalog.sources().get(c.source, {}).get("url", "")
+        assert "/master/" not in url and "/latest/" not in url and "/main/" not in url, c.id
 
 
 # -- the recomputations the re-judging added ---------------------------------------------------

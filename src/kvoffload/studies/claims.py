@@ -301,6 +301,32 @@ def system_ratio(system: str, num: str, den: str) -> float:
     return system_figure(system, num) / system_figure(system, den)
 
 
+def tpot_penalty(
+    system: str, model: str, tokens: int, weights: str = "bf16", kv_fmt: str = "bf16", base: int = 0
+) -> float:
+    """Return how much slower TPOT gets with a format (or ``tokens`` instead of ``base``), 0 if faster.
+
+    Everything on the GPU; a penalty is TPOT over the bf16 TPOT (at ``base`` tokens when given),
+    less one, and never below zero: a change that speeds decode up carries no penalty.
+    """
+    s, m = load_system(system), load_model(model)
+    variant = decode.Setup(s, m, weight_format(weights), kv_format(kv_fmt))
+    ratio = decode.tpot(variant, tokens, 1) / decode.tpot(decode.Setup(s, m), base or tokens, 1)
+    return float(max(ratio - 1, 0.0))
+
+
+def storage_context_within(system: str, model: str, budget: str) -> float:
+    """Return the longest context (tokens) whose whole cache storage reads once within ``budget``."""
+    s, m = load_system(system), load_model(model)
+    budget_s = parse_quantity(budget, Dim.TIME)
+    return float(budget_s * s.storage.read_bandwidth.value / kv.request_bytes(m, 1))
+
+
+def model_positions(model: str) -> float:
+    """Return the longest context a model is built for (its max_position_embeddings)."""
+    return float(load_model(model).max_positions)
+
+
 FUNCTIONS: dict[str, Callable[..., float]] = {
     f.__name__: f
     for f in (
@@ -311,7 +337,8 @@ FUNCTIONS: dict[str, Callable[..., float]] = {
         weight_bytes, kv_ratio, tpot, tpot_w4_change, max_context, storage_step_time, hbm_kv_time,
         link_over_hbm, model_layers, link_time_at, link_over_hbm_at, layer_attention_time,
         layer_link_over_attention, step_flops, flops_ratio, copy_per_token_ratio,
-        cpu_attention_layer_bytes, system_ratio,
+        cpu_attention_layer_bytes, system_ratio, tpot_penalty, storage_context_within,
+        model_positions,
     )
 }  # fmt: skip
 
@@ -358,6 +385,8 @@ class Claim:
     previous_verdict: str = ""  # the verdict before the re-judging (NEW for an added claim)
     previous_gloss: str = ""  # the gloss before, where it changed
     change_reason: str = ""  # why the verdict or the gloss changed
+    previous_reason: str = ""  # the reason the previous verdict gave, where the verdict changed
+    earlier: tuple = ()  # older re-judgings, newest first: {verdict, change_reason}
 
     def __post_init__(self) -> None:
         problems = []
@@ -376,6 +405,13 @@ class Claim:
             problems.append("change_reason without a previous_verdict or previous_gloss")
         if self.previous_verdict == self.verdict:
             problems.append("previous_verdict equals the verdict: leave it out")
+        if self.previous_reason and not self.previous_verdict:
+            problems.append("previous_reason without a previous_verdict")
+        if self.earlier and not self.previous_verdict:
+            problems.append("earlier re-judgings without a previous_verdict")
+        for e in self.earlier:
+            if e.get("verdict") not in (NEW, *VERDICTS) or len(e.get("change_reason", "")) < 20:
+                problems.append(f"earlier re-judging {e!r} needs a verdict and a change_reason")
         if problems:
             raise ValueError(f"claim {self.id}: " + "; ".join(problems))
 
@@ -414,6 +450,17 @@ class Claim:
         """Whether the re-judging changed this claim's verdict or gloss, or added the claim."""
         return bool(self.previous_verdict or self.previous_gloss)
 
+    @property
+    def verdicts(self) -> tuple[str, ...]:
+        """Return the claim's verdicts, oldest first, ending with the current one."""
+        older = [e["verdict"] for e in reversed(self.earlier)]
+        return (*older, *([self.previous_verdict] if self.previous_verdict else []), self.verdict)
+
+    @property
+    def added(self) -> bool:
+        """Whether a re-judging added this claim (the earlier chapter did not list it)."""
+        return self.verdicts[0] == NEW
+
     def show(self, value: float | None) -> str:
         """Format a value in the claim's unit."""
         if value is None:
@@ -442,7 +489,7 @@ class Claim:
 def load_claims() -> tuple[Claim, ...]:
     """Return the article's claims from catalog/claims.yaml."""
     raw = catalog.load("claims")
-    return tuple(Claim(**c) for c in raw["claims"])
+    return tuple(Claim(**{**c, "earlier": tuple(c.get("earlier", ()))}) for c in raw["claims"])
 
 
 @cache
