@@ -17,7 +17,7 @@ from kvoffload.report import verdict_box
 from kvoffload.spec.hardware import load_system
 from kvoffload.studies import verdict
 from tests.support.paths import BOOK_PROFILES
-from tests.support.verdicts import assert_box_shows, chapter_verdict
+from tests.support.verdicts import assert_box_shows, chapter_box, chapter_verdict, glued
 
 pytestmark = pytest.mark.slow
 
@@ -55,6 +55,24 @@ def test_every_per_profile_page_opens_with_the_package_s_verdict(built_book, mon
             text = str(soup.select_one("main") or soup)
             h1, switcher = text.find("<h1"), text.find("kvoffload-switcher")
             assert 0 <= h1 < text.find('class="verdict"') < switcher, where
+
+
+def test_every_per_profile_box_gives_its_chapter_s_own_glued_answer(built_book, monkeypatch):
+    """The box's headline figure is the chapter's answer: the text its prose glues, and the
+    figure the chapter's own verdict cell computes for that profile."""
+    root, _ = built_book
+    html = root / "_build" / "html" / "book" / "generated"
+    for pid in BOOK_PROFILES:
+        for chapter in [c for c in chapters(root) if per_profile(c)]:
+            where = f"{pid}/{chapter.name}"
+            box = _one_box(_soup(html / pid / f"{chapter.name}.html"), where)
+            line = box.select_one(".verdict-answer")
+            assert line is not None, f"{where}: the box gives no answer of the chapter's own"
+            shown = line.select_one(".verdict-headline").get_text()
+            answer = chapter_box(chapter, pid, monkeypatch).answer
+            assert line["data-glue"] == answer.key and shown == answer.text, (where, shown)
+            executed = root / "book" / "generated" / pid / f"{chapter.name}.ipynb"
+            assert glued(executed, answer.key) == shown, (where, answer.key)
 
 
 def test_index_pages_and_the_intro_open_with_the_machine_s_verdict(built_book):

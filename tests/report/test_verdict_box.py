@@ -91,3 +91,21 @@ def test_the_answer_is_three_sentences_of_the_package_s_numbers():
     for figure in (ref.gpu_ms, ref.offloaded_ms, fast.offloaded_ms):
         assert verdict_box.ms(figure) in text
     assert f"{ref.longest_offloaded:,}" in text and verdict_box.times(ref.ratio) in text
+
+
+def test_a_chapter_s_answer_opens_the_box_and_the_generic_lines_fold_under_it():
+    from kvoffload.studies.chapter_answers import Answer
+
+    v = verdict.verdict("article-reference")
+    a = Answer("One <b>layer</b> over the link", 16.42, "ms", "link_ms", "against 0.262 ms")
+    html = verdict_box.verdict_html(v, a)
+    soup = BeautifulSoup(html, "html.parser")
+    box = soup.select_one(".verdict")
+    first = box.find(["p", "ul", "details"], class_=lambda c: c != "verdict-head")
+    assert first["class"] == ["verdict-answer"] and first["data-glue"] == "link_ms"
+    assert box.select_one(".verdict-headline").get_text() == a.text == "16.4"
+    assert "<b>" not in html and box.select_one("details .verdict-gpu-ms") is not None
+    assert_box_shows(html, v)  # the generic figures are still the verdict's
+    assert "\n\n" not in html
+    none = Answer("Fastest engine that fits", float("nan"), "ms", "fastest_ms", "none fits")
+    assert none.text == "none" and "nan" not in verdict_box.verdict_html(v, none)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import json
+from pathlib import Path
 
 from bs4 import BeautifulSoup
 
@@ -43,7 +45,12 @@ def assert_box_shows(html: str, v: verdict.Verdict) -> None:
 
 
 def chapter_verdict(chapter: Chapter, profile: str, monkeypatch) -> verdict.Verdict:
-    """Return what the package gives for the chapter's verdict cell, run with the profile's values."""
+    """Return the verdict the chapter's verdict cell gives, run with the profile's values."""
+    return chapter_box(chapter, profile, monkeypatch).verdict
+
+
+def chapter_box(chapter: Chapter, profile: str, monkeypatch):
+    """Return the box (verdict and answer) the chapter's verdict cell gives for the profile."""
     import jupytext
     import myst_nb
 
@@ -57,4 +64,15 @@ def chapter_verdict(chapter: Chapter, profile: str, monkeypatch) -> verdict.Verd
     last = tree.body.pop()
     scope = {**declared_parameters(chapter), "hardware": profile}
     exec(compile(tree, chapter.name, "exec"), scope)
-    return eval(compile(ast.Expression(last.value), chapter.name, "eval"), scope).verdict
+    return eval(compile(ast.Expression(last.value), chapter.name, "eval"), scope)
+
+
+def glued(notebook: Path, key: str) -> str:
+    """Return the text a glue ``key`` holds in an executed notebook (a string's quotes dropped)."""
+    for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"]:
+        for out in cell.get("outputs", []):
+            if out.get("metadata", {}).get("scrapbook", {}).get("name") == key:
+                text = next(v for k, v in out["data"].items() if k.endswith("text/plain"))
+                text = "".join(text) if isinstance(text, list) else text
+                return ast.literal_eval(text) if text[:1] in "'\"" else text
+    raise KeyError(f"{notebook.name}: no glue {key!r}")

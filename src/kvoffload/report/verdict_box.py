@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from kvoffload.spec.text import markdown_text
+from kvoffload.studies.chapter_answers import Answer
 from kvoffload.studies.verdict import MACHINE_CONTEXTS, MachineRow, Verdict, describe
 
 
@@ -39,8 +40,23 @@ def _span(cls: str, text: str) -> str:
     return f'<span class="{cls}">{html.escape(text)}</span>'
 
 
-def verdict_html(v: Verdict) -> str:
-    """Return the verdict box as one HTML block (class ``verdict``), every string escaped."""
+def answer_html(a: Answer) -> str:
+    """Return a chapter's own answer as the box's first line (class ``verdict-answer``)."""
+    figure = _span("verdict-headline", a.text)
+    detail = f", {html.escape(a.detail)}" if a.detail else ""
+    return (
+        f'<p class="verdict-answer" data-glue="{html.escape(a.key)}">'
+        f"{_span('verdict-question', a.label)}: <strong>{figure} {html.escape(a.unit)}</strong>"
+        f"{detail}.</p>\n"
+    )
+
+
+def verdict_html(v: Verdict, answer: Answer | None = None) -> str:
+    """Return the verdict box as one HTML block (class ``verdict``), every string escaped.
+
+    With a chapter's ``answer`` the box opens with that figure; the generic step model's lines
+    (cache on the GPU, cache offloaded) follow it.
+    """
     budget = f"{v.budget_ms:g} ms"
     gpu_note = (
         " (weights and cache do not fit this GPU: a step it cannot hold)"
@@ -48,8 +64,11 @@ def verdict_html(v: Verdict) -> str:
         else (f", within the {budget} budget" if v.meets_on_gpu else f", over the {budget} budget")
     )
     off_note = "" if v.offloaded_fits else " (does not fit this machine)"
-    if v.weights_gpu_share < 1:
-        off_note += f", with {100 * v.weights_gpu_share:.0f}% of the weights on the GPU"
+    offloaded = (
+        "Cache offloaded to host memory"
+        if v.weights_gpu_share >= 1
+        else f"Cache and {100 * (1 - v.weights_gpu_share):.0f}% of the weights in host memory"
+    )
     if v.longest_offloaded == 0:
         longest = f"none ({_span('verdict-longest', '0')} tokens): even the shortest misses it"
     elif v.longest_is_window:
@@ -62,7 +81,7 @@ def verdict_html(v: Verdict) -> str:
     items = [
         f"Cache on the GPU: {_span('verdict-gpu-ms', ms(v.gpu_ms))} ms per token"
         f"{html.escape(gpu_note)}.",
-        f"Cache offloaded to host memory: {_span('verdict-offloaded-ms', ms(v.offloaded_ms))} ms "
+        f"{offloaded}: {_span('verdict-offloaded-ms', ms(v.offloaded_ms))} ms "
         f"per token, {_span('verdict-ratio', times(v.ratio))}× the all-GPU step"
         f"{html.escape(off_note)}.",
         f"Longest context within {html.escape(budget)} with the cache offloaded: {longest}.",
@@ -77,31 +96,45 @@ def verdict_html(v: Verdict) -> str:
         f'<p class="verdict-head"><strong>Verdict</strong> for '
         f"{_span('verdict-machine', machine_label(v.system_name))}: "
         f"{_span('verdict-workload', describe(v.workload))}.</p>\n"
-        "<ul>\n" + "\n".join(f"<li>{i}</li>" for i in items) + "\n</ul>\n</div>"
+        + (answer_html(answer) if answer else "")
+        + (_GENERIC_OPEN if answer else "")
+        + "<ul>\n"
+        + "\n".join(f"<li>{i}</li>" for i in items)
+        + "\n</ul>\n"
+        + ("</details>\n" if answer else "")
+        + "</div>"
     )
 
 
-def verdict_text(v: Verdict) -> str:
+# under a chapter's own answer the generic lines fold, so the box stays short on a phone
+_GENERIC_OPEN = (
+    '<details class="verdict-more">\n<summary>The same workload in the book\'s generic step model: '
+    "cache on the GPU and offloaded</summary>\n"
+)
+
+
+def verdict_text(v: Verdict, answer: Answer | None = None) -> str:
     """Return the verdict as plain text (a notebook's text output)."""
-    return re.sub(r"<[^>]+>", "", html.unescape(verdict_html(v)))
+    return re.sub(r"<[^>]+>", "", html.unescape(verdict_html(v, answer)))
 
 
 class VerdictBox:
-    """A verdict that a notebook cell shows as the box (HTML) or as text."""
+    """A verdict, and a chapter's own answer, that a notebook cell shows as the box or as text."""
 
-    def __init__(self, v: Verdict) -> None:
+    def __init__(self, v: Verdict, answer: Answer | None = None) -> None:
         self.verdict = v
+        self.answer = answer
 
     def _repr_html_(self) -> str:
-        return verdict_html(self.verdict)
+        return verdict_html(self.verdict, self.answer)
 
     def __repr__(self) -> str:
-        return verdict_text(self.verdict)
+        return verdict_text(self.verdict, self.answer)
 
 
-def box(v: Verdict) -> VerdictBox:
-    """Return the verdict box for a notebook cell's output."""
-    return VerdictBox(v)
+def box(v: Verdict, answer: Answer | None = None) -> VerdictBox:
+    """Return the verdict box for a notebook cell's output, opening with the chapter's answer."""
+    return VerdictBox(v, answer)
 
 
 def md_escape(text: str) -> str:

@@ -191,6 +191,7 @@ def verdict(
     pcie4 = with_link(system, "pcie4-x16")
     out: dict[str, float | bool | str] = {"link": system.link.name}
     for tag, s in (("own", system), ("pcie4", pcie4)):
+        out[f"{tag}_gbs"] = s.copy_rate("h2d") / 1e9  # achievable host->GPU rate, GB/s
         for mode in ("none", "perfect"):
             t = float(decode.tpot(decode.offloaded(s, model, mode), context, generate, batch, mode))
             out[f"{tag}_{mode}_ms"] = t * 1e3
