@@ -231,3 +231,15 @@ def test_sweep_frames_cover_every_mode_stream_and_placement():
     batch = decode_sweeps.batch_frame(OFFLOAD, 32_000, np.arange(1, 9))
     by = batch.pivot(index="batch", columns="placement", values="tpot_ms")
     assert (by["KV on the GPU until it is full"] < by["all KV in host memory"]).all()
+
+
+def test_the_slope_before_a_spill_is_one_more_cache_read_from_gpu_memory():
+    # an RTX 4090 holds two 32,000-token caches beside bf16 Llama 3.1 8B: the slope before it
+    # fills is the GPU reading one more cache, not the jump into the first spilled batch
+    rtx4090 = load_system("rtx-4090-desktop")
+    placed = decode_step.place(decode.offloaded(rtx4090, LLAMA31), 32_000).setup
+    s = decode_sweeps.spill_slopes(placed, 32_000, np.arange(1, 65))
+    assert s.full_at == 3
+    cache = float(kv.batch_bytes(LLAMA31, 32_000, 1, decode.Setup(rtx4090, LLAMA31).kv))
+    hbm_ms = cache / rtx4090.gpu.streaming_bandwidth * 1e3
+    assert s.slope_before_ms == pytest.approx(hbm_ms, rel=0.5) and s.slope_before_ms < 10

@@ -51,8 +51,12 @@ def placements(
     """Return two placements over ``batches``: all KV in host memory, and KV spilled when HBM fills."""
     p = setup.placement  # the weights stay where the setup put them
     offloaded = replace(setup, placement=replace(p, kv=decode.Split(0, 1, 0)))
-    resident = replace(setup, placement=replace(p, kv=decode.Split()))
-    return offloaded, decode.spill(resident, context, batches)
+    return offloaded, decode.spill(_resident(setup), context, batches)
+
+
+def _resident(setup: decode.Setup) -> decode.Setup:
+    """Return the setup with every cache byte on the GPU, the weights where the setup put them."""
+    return replace(setup, placement=replace(setup.placement, kv=decode.Split()))
 
 
 def _fits(setup: decode.Setup, context: int, batches: np.ndarray) -> np.ndarray:
@@ -154,6 +158,9 @@ def spill_slopes(setup: decode.Setup, context: int, batches: ArrayLike) -> Spill
     full = int(np.argmax(on_gpu < 1)) if np.any(on_gpu < 1) else last
     t_spill = decode.tpot(spilled, context, 1, batches) * 1e3
     t_all = decode.tpot(offloaded, context, 1, batches) * 1e3
+    # before GPU memory fills, every cache is on the GPU: the slope of that placement alone (the
+    # step into the first spilled batch is not part of it)
+    t_gpu = decode.tpot(_resident(setup), context, 1, batches[: full + 1]) * 1e3
     fits = np.logical_and.accumulate(
         _fits(spilled, context, batches) & _fits(offloaded, context, batches)
     )
@@ -163,7 +170,7 @@ def spill_slopes(setup: decode.Setup, context: int, batches: ArrayLike) -> Spill
         last_fit=int(batches[fits].max()) if np.any(fits) else 0,
         full_at=int(batches[full]),
         slope_all_ms=float(np.median(np.diff(t_all))),
-        slope_before_ms=float(np.median(np.diff(t_spill[: full + 1]))) if full > 0 else 0.0,
+        slope_before_ms=float(np.median(np.diff(t_gpu))) if full > 0 else 0.0,
         slope_after_ms=float(np.median(np.diff(t_spill[full:]))) if full < last else 0.0,
         spill_max_ms=float(t_spill[-1]),
     )
