@@ -70,6 +70,9 @@ CHECKS = {
     "inf or nan": re.compile(r"(?<![\w.-])(?:-?inf|nan|NaN)\b"),
     "an exponent": re.compile(r"\d[eE][+-]\d"),
     "a dash before a flag": re.compile(r"(?:^|[\s(\[«\"'“])[–—]-?[A-Za-z][\w-]*"),
+    "a capital article after 'for'": re.compile(r"\bfor (?:The|A|An) "),
+    "a ratio to three decimals": re.compile(r"(?<![\d.])\d+\.\d{3,}\s?(?:×|x\b)"),
+    "'us' for µs": re.compile(r"\d\s?us\b"),
 }
 _WORDS = re.compile(r"\b([A-Za-z]+)\s+([A-Za-z]+)\b")
 
@@ -123,9 +126,65 @@ def _doubled(text: str) -> list[str]:
     return found
 
 
+_DECIMAL = re.compile(r"^[-−+]?\d[\d,]*\.\d+$")
+_UNIT = re.compile(r"\(|%|×|\b(?:ms|s|GB|MB|GiB|MiB|GB/s|tokens?/s|ratio|times|share)\b")
+
+
+class _Tables(HTMLParser):
+    """Collect each table's header cells and body rows as text."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tables: list[tuple[list[str], list[list[str]]]] = []
+        self.cell: list[str] | None = None
+        self.row: list[str] = []
+        self.in_head = False
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        if tag == "table":
+            self.tables.append(([], []))
+        elif tag == "thead":
+            self.in_head = True
+        elif tag == "tr":
+            self.row = []
+        elif tag in ("td", "th"):
+            self.cell = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "thead":
+            self.in_head = False
+        elif tag in ("td", "th") and self.cell is not None and self.tables:
+            self.row.append(" ".join("".join(self.cell).split()))
+            self.cell = None
+        elif tag == "tr" and self.tables and self.row:
+            head, body = self.tables[-1]
+            if self.in_head:
+                head[:] = self.row
+            else:
+                body.append(self.row)
+
+    def handle_data(self, data: str) -> None:
+        if self.cell is not None:
+            self.cell.append(data)
+
+
+def unitless_columns(html: str) -> list[str]:
+    """Return each table column of decimal figures whose header names no unit."""
+    parser = _Tables()
+    parser.feed(html)
+    found = []
+    for head, body in parser.tables:
+        for i, title in enumerate(head):
+            cells = [r[i] for r in body if i < len(r) and r[i] not in ("", "—", "none", "n/a")]
+            if cells and all(_DECIMAL.match(c) for c in cells) and not _UNIT.search(title):
+                found.append(f"a column of figures without a unit: {title!r} ({cells[0]}, …)")
+    return found
+
+
 def prose_problems(html: str) -> list[str]:
-    """Return each place where a page's prose shows a repr, a doubled word or a dashed flag."""
-    problems = []
+    """Return each place where a page's prose shows a repr, a doubled word or a dashed flag, a
+    template slip ('for The', '1.234×', '5 us'), or a column of figures with no unit."""
+    problems = unitless_columns(html)
     for line in prose(html).splitlines():
         for what, pattern in CHECKS.items():
             problems += [
@@ -152,6 +211,13 @@ def prose_problems(html: str) -> list[str]:
         "<p>(—n-gpu-layers 20)</p>",
         "<p>once its payload is the the payload</p>",
         "<p>The the step</p>",
+        "<p>and and the cache</p>",
+        "<p>computed for The article's figures</p>",
+        "<p>offloading is 1.234× slower</p>",
+        "<td>0.517x</td>",
+        "<p>each hand-over costs 12 us</p>",
+        "<table><thead><tr><th>link time</th></tr></thead><tbody><tr><td>1.25</td></tr>"
+        "<tr><td>3.5</td></tr></tbody></table>",
     ],
 )
 def test_the_scanner_finds_what_a_broken_template_prints(html):
@@ -169,6 +235,9 @@ def test_the_scanner_finds_what_a_broken_template_prints(html):
         "<p>Source: FlexLLMGen flexllmgen/flex_opt.py</p>",
         "<script>var a = true, b = 1e+30; // True</script><p>1,490 ms</p>",
         "<p>that is, that</p>",
+        "<p>for the article's figures, 1.23× slower, 12 µs; let us see; for a batch</p>",
+        "<table><thead><tr><th>link time (ms)</th><th>batch</th></tr></thead><tbody>"
+        "<tr><td>1.25</td><td>4</td></tr></tbody></table>",
     ],
 )
 def test_the_scanner_passes_code_math_and_ordinary_prose(html):

@@ -36,6 +36,11 @@ def machine_label(name: str) -> str:
     return head + ")" * (head.count("(") - head.count(")"))
 
 
+def mid_sentence(name: str) -> str:
+    """Return a machine's name as it reads inside a sentence: "the article's figures (...)"."""
+    return "t" + name[1:] if name.startswith("The ") else name
+
+
 def _span(cls: str, text: str) -> str:
     return f'<span class="{cls}">{html.escape(text)}</span>'
 
@@ -94,7 +99,7 @@ def verdict_html(v: Verdict, answer: Answer | None = None) -> str:
     return (
         f"<div {attrs}>\n"
         f'<p class="verdict-head"><strong>Verdict</strong> for '
-        f"{_span('verdict-machine', machine_label(v.system_name))}: "
+        f"{_span('verdict-machine', mid_sentence(machine_label(v.system_name)))}: "
         f"{_span('verdict-workload', describe(v.workload))}.</p>\n"
         + (answer_html(answer) if answer else "")
         + (_GENERIC_OPEN if answer else "")
