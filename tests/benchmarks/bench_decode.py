@@ -2,8 +2,9 @@
 
 Run with `make bench`. Prints `name: value` figures; asserts nothing. `step_sweep_points_per_second`
 is one decode step per point; `tpot_sweep_points_per_second` the exact mean over all 32 generated
-tokens of every point (issue 16's target: at least 1,000,000); `points_per_second` (the last line)
-is the step sweep's, as before.
+tokens of every point (issue 16's target: at least 1,000,000); `reuse_ttft_sweep_points_per_second`
+chapter 11's TTFT with a host hit over 1000 prompt lengths x 1000 cached shares (issue 24's target:
+at least 1,000,000); `points_per_second` (the last line) is the step sweep's, as before.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 from kvoffload.model import decode
 from kvoffload.spec.hardware import load_system
 from kvoffload.spec.models import load_model
+from kvoffload.studies import reuse
 
 GENERATE = 32
 
@@ -52,6 +54,13 @@ def main() -> None:
     print(f"tpot_sweep_tokens: {GENERATE}")
     print(f"tpot_sweep_s: {tpot_s:.3f}")
     print(f"tpot_sweep_points_per_second: {points / tpot_s:.0f}")
+    prompts = np.unique(np.geomspace(1_024, 131_072, 1000).astype(np.int64))
+    shares = np.linspace(0.0, 1.0, 1000)
+    host_hit = reuse.cache(system, model)
+    reuse_s = _best(lambda: reuse.ttft_sweep(host_hit, prompts, shares))
+    print(f"reuse_ttft_sweep_points: {prompts.size * shares.size}")
+    print(f"reuse_ttft_sweep_s: {reuse_s:.3f}")
+    print(f"reuse_ttft_sweep_points_per_second: {prompts.size * shares.size / reuse_s:.0f}")
     print(f"points_per_second: {points / step_s:.0f}")
 
 
