@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from html import escape
+
 import pandas as pd
-from IPython.display import Markdown
+from IPython.display import HTML, Markdown
 
 from kvoffload.spec import catalog
 from kvoffload.studies.claims import NEW, Claim, changed, load_claims, omitted
@@ -45,7 +47,12 @@ def section_text(section: str) -> str:
     blocks = []
     for c in (x for x in load_claims() if x.section == section):
         value = c.recomputed()
-        lines = [f"**{c.gloss}** — {BADGES[c.verdict]}", "", f"> {c.quote}", ""]
+        lines = [
+            f"`{c.id}` · the article says: *{c.gloss}* — **{BADGES[c.verdict]}**",
+            "",
+            article_quote(c.quote),
+            "",
+        ]
         if c.quantity:
             lines += [f"*Quantity:* {c.quantity}", ""]
         if c.claimed is not None and value is not None:
@@ -67,6 +74,11 @@ def section_text(section: str) -> str:
     return "\n\n---\n\n".join(blocks)
 
 
+def article_quote(quote: str) -> str:
+    """Return the article's words as a Korean blockquote marked as the article's (escaped HTML)."""
+    return f'<blockquote lang="ko"><p>The article: «{escape(quote)}»</p></blockquote>'
+
+
 def section(section: str) -> Markdown:
     """Return one section's claims for display."""
     return Markdown(section_text(section))
@@ -75,7 +87,11 @@ def section(section: str) -> Markdown:
 def corrections() -> Markdown:
     """Return the claims whose correction changes the article's argument, as a bullet list."""
     return Markdown(
-        "\n".join(f"- **{c.gloss}** {c.conclusion}" for c in load_claims() if c.conclusion)
+        "\n".join(
+            f"- The article: *{c.gloss}* ({BADGES[c.verdict]}) {c.conclusion}"
+            for c in load_claims()
+            if c.conclusion
+        )
     )
 
 
@@ -83,7 +99,8 @@ def _before_after(c: Claim) -> str:
     if c.previous_verdict == NEW:
         return f"added, {c.verdict}"
     if c.previous_verdict:
-        return f"{c.previous_verdict} → {c.verdict}"
+        chain = " → ".join("added" if v == NEW else v for v in c.verdicts)
+        return chain if c.previous_reason else f"{c.previous_verdict} → {c.verdict}"
     return f"{c.verdict}, gloss corrected"
 
 
@@ -101,7 +118,8 @@ def changes_table() -> pd.DataFrame:
                 else c.previous_verdict or c.verdict,
                 "after": c.verdict,
                 "recomputed": "—" if value is None else f"{c.show(value)} ({error_text(c, value)})",
-                "why": c.change_reason,
+                "why": c.change_reason
+                + (f" Before: {c.previous_reason}" if c.previous_reason else ""),
             }
         )
     return pd.DataFrame(rows)
@@ -126,3 +144,66 @@ def omissions() -> Markdown:
 def verdict_table(counts: dict[str, int]) -> pd.DataFrame:
     """Return the number of claims per verdict as a table (``studies.claims.summary``)."""
     return pd.DataFrame({"verdict": list(counts), "claims": list(counts.values())})
+
+
+_SORT_SCRIPT = """<script>
+(function () {
+  var t = document.currentScript.previousElementSibling.querySelector("table");
+  t.querySelectorAll("th").forEach(function (th, i) {
+    var b = th.querySelector("button");
+    b.addEventListener("click", function () {
+      var up = th.getAttribute("aria-sort") !== "ascending";
+      t.querySelectorAll("th").forEach(function (h) { h.removeAttribute("aria-sort"); });
+      th.setAttribute("aria-sort", up ? "ascending" : "descending");
+      var rows = Array.prototype.slice.call(t.tBodies[0].rows);
+      rows.sort(function (a, c) {
+        var x = a.cells[i].dataset.sort || a.cells[i].textContent;
+        var y = c.cells[i].dataset.sort || c.cells[i].textContent;
+        var nx = parseFloat(x), ny = parseFloat(y);
+        var r = (!isNaN(nx) && !isNaN(ny)) ? nx - ny : x.localeCompare(y);
+        return up ? r : -r;
+      });
+      rows.forEach(function (r) { t.tBodies[0].appendChild(r); });
+    });
+  });
+})();
+</script>"""
+
+CLAIM_COLUMNS = ("claim", "the article's words", "the article's figure", "ours", "error", "verdict")
+_VERDICT_ORDER = {v: i for i, v in enumerate(BADGES)}
+
+
+def _error_key(c: Claim, value: float | None) -> str:
+    """Return a sort key for the error column: the relative error, counts and orders by verdict."""
+    if value is None or c.claimed is None:
+        return "-1"
+    err = c.error(value)
+    return f"{min(err, 1e9):.6f}" if c.kind == "measure" else f"{1e9 if err else 0:.6f}"
+
+
+def claims_table() -> HTML:
+    """Return every claim in one table that sorts by any column (a small inline script, offline)."""
+    head = "".join(
+        f'<th scope="col"><button type="button">{escape(name)}</button></th>'
+        for name in CLAIM_COLUMNS
+    )
+    rows = []
+    for c in load_claims():
+        value = c.recomputed()
+        cells = [
+            f"<td><code>{escape(c.id)}</code></td>",
+            f'<td lang="ko">{escape(c.quote)}</td>',
+            f"<td>{escape(c.claimed_text())}</td>",
+            f"<td>{escape(c.show(value))}</td>",
+            f'<td data-sort="{_error_key(c, value)}">'
+            f"{escape('checked at its source' if value is None else error_text(c, value))}</td>",
+            f'<td data-sort="{_VERDICT_ORDER[c.verdict]}">{escape(BADGES[c.verdict])}</td>',
+        ]
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    table = (
+        '<div class="kvoffload-table-wrap" role="region" tabindex="0" aria-label="every claim">'
+        '<table class="kvoffload-table dataframe kvoffload-sortable">'
+        f"<caption>Every claim; select a column heading to sort by it.</caption>"
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+    )
+    return HTML(table + _SORT_SCRIPT)
