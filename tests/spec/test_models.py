@@ -140,6 +140,8 @@ def test_quantisation_never_increases_bytes_and_layers_sum_to_total(ident):
     m = load_model(ident)
     bf16 = m.weight_bytes(WeightFormat.BF16).total
     for fmt in WeightFormat:
+        if fmt is WeightFormat.GGUF:
+            continue  # the types a .gguf file gives: only a model read from one has them
         w = m.weight_bytes(fmt)
         if fmt is WeightFormat.FP32:
             assert w.total == 2 * bf16  # the one format wider than the 16-bit checkpoint

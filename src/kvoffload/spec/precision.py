@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Mapping
 from enum import StrEnum
 from typing import Any
 
 from kvoffload.spec.errors import InputError
+from kvoffload.spec.ggml_types import ggml_types
 
 
 class WeightFormat(StrEnum):
@@ -25,6 +27,30 @@ class WeightFormat(StrEnum):
     Q5_K_M = "q5_k_m"  # GGUF mixed k-quant
     Q4_0 = "q4_0"  # GGUF
     Q4_K_M = "q4_k_m"  # GGUF mixed k-quant
+    # llama-quantize's other file types, each tensor typed as llama_tensor_get_type does
+    # (spec/models/gguf_mixes.py); gpt-oss's routed experts stay MXFP4 in all of them
+    Q2_K = "q2_k"
+    Q3_K_S = "q3_k_s"
+    Q3_K_M = "q3_k_m"
+    Q3_K_L = "q3_k_l"
+    Q4_K_S = "q4_k_s"
+    Q5_K_S = "q5_k_s"
+    Q6_K_L = (
+        "q6_k_l"  # Q6_K with token_embd and output in q8_0 (--token-embedding/output-tensor-type)
+    )
+    IQ4_XS = "iq4_xs"
+    IQ4_NL = "iq4_nl"
+    IQ3_M = "iq3_m"
+    IQ3_S = "iq3_s"
+    IQ3_XXS = "iq3_xxs"
+    IQ2_M = "iq2_m"
+    IQ2_S = "iq2_s"
+    IQ2_XS = "iq2_xs"
+    IQ2_XXS = "iq2_xxs"
+    IQ1_M = "iq1_m"
+    IQ1_S = "iq1_s"
+    MXFP4_MOE = "mxfp4_moe"  # llama-quantize MXFP4_MOE: experts mxfp4, other matrices q8_0
+    GGUF = "gguf"  # the types a .gguf file gives each tensor (a model read from that file)
 
     @property
     def is_gguf(self) -> bool:
@@ -40,7 +66,7 @@ _GGUF_FORMATS = frozenset(
         WeightFormat.Q4_0,
         WeightFormat.Q4_K_M,
     }
-)
+) | frozenset(list(WeightFormat)[list(WeightFormat).index(WeightFormat.Q2_K) :])
 
 
 class KvFormat(StrEnum):
@@ -99,24 +125,27 @@ def kv_vector_bytes(n: int, fmt: KvFormat) -> int:
     raise AssertionError(fmt)  # pragma: no cover
 
 
-# ggml block types: (elements per block, bytes per block). Source: ggml/src/ggml-common.h
-# (ggml-org/llama.cpp 01243c58): block_q5_K = 2 fp16 + 12 scale bytes + 32 high bits + 128 low
-# nibbles = 176; block_q6_K = 128 + 64 + 16 scales + fp16 = 210; block_mxfp4 = E8M0 + 16 = 17;
-# block_nvfp4 = 4 UE4M3 scales + 32 = 36 per 64 (ggml keeps no per-tensor scale).
-GGML_BLOCKS: dict[str, tuple[int, int]] = {
-    "f32": (1, 4),
-    "f16": (1, 2),
-    "q8_0": (32, 34),
-    "q4_0": (32, 18),
-    "q4_1": (32, 20),
-    "q5_0": (32, 22),
-    "q5_1": (32, 24),
-    "q4_k": (256, 144),
-    "q5_k": (256, 176),
-    "q6_k": (256, 210),
-    "mxfp4": (32, 17),
-    "nvfp4": (64, 36),
-}
+class _GgmlBlocks(Mapping[str, tuple[int, int]]):
+    """ggml block types by lower-case name: (elements per block, bytes per block).
+
+    Read from catalog/ggml_types.yaml (ggml.c type_traits, ggml-common.h's block structs) when
+    first used: block_q5_K = 2 fp16 + 12 scale bytes + 32 high bits + 128 low nibbles = 176;
+    block_q6_K = 128 + 64 + 16 scales + fp16 = 210; block_mxfp4 = E8M0 + 16 = 17; block_nvfp4 =
+    4 UE4M3 scales + 32 = 36 per 64 (ggml keeps no per-tensor scale).
+    """
+
+    def __getitem__(self, name: str) -> tuple[int, int]:
+        t = ggml_types()[name]
+        return t.block, t.bytes
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(ggml_types())
+
+    def __len__(self) -> int:
+        return len(ggml_types())
+
+
+GGML_BLOCKS: Mapping[str, tuple[int, int]] = _GgmlBlocks()
 
 # FP4 checkpoints (safetensors): values per scale block, bytes per block (packed E2M1 + scale).
 # MXFP4 (OCP Microscaling, gpt-oss's *_blocks/*_scales): 32 values in 16 bytes + one E8M0 byte.
@@ -124,7 +153,13 @@ GGML_BLOCKS: dict[str, tuple[int, int]] = {
 FP4_BLOCKS: dict[str, tuple[int, int]] = {"mxfp4": (32, 17), "nvfp4": (16, 9)}
 
 # llama.cpp falls back when a row length is not a multiple of 256 (llama-quant.cpp).
-_K_FALLBACK = {"q4_k": "q5_0", "q5_k": "q5_1", "q6_k": "q8_0"}
+_K_FALLBACK = {
+    "q4_k": "q5_0", "q5_k": "q5_1", "q6_k": "q8_0",
+    **dict.fromkeys(
+        ("iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m", "q2_k", "q3_k", "iq4_xs"),
+        "iq4_nl",
+    ),
+}  # fmt: skip
 
 
 def ggml_bytes(rows: int, row_len: int, ggml_type: str) -> int:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from kvoffload.spec.errors import InputError
 from kvoffload.spec.models.architecture import Architecture, Tensor
+from kvoffload.spec.models.gguf_mixes import BASE, mix_type
 from kvoffload.spec.precision import WeightFormat, fp4_bytes, ggml_bytes, use_more_bits
 
 _DECODER_LINEAR = (
@@ -28,6 +30,12 @@ def _tensor_bytes(m: Architecture, t: Tensor, fmt: WeightFormat) -> int:
         return 4 * t.params
     if fmt in (WeightFormat.BF16, WeightFormat.FP16):
         return 2 * t.params
+    if fmt is WeightFormat.GGUF:
+        raise InputError(
+            "weights 'gguf' are the types a .gguf file gives its tensors; this model was not "
+            "read from one (give --model path/to/file.gguf)",
+            field="precision.weights",
+        )
     if fmt.is_gguf:
         if t.vector or t.role == "router":
             return 4 * t.params  # llama.cpp keeps 1-D tensors and the MoE router in f32
@@ -63,6 +71,8 @@ def _fp4_tensor(m: Architecture, t: Tensor, fmt: WeightFormat) -> bool:
 
 def _gguf_type(m: Architecture, t: Tensor, fmt: WeightFormat) -> str:
     """Return llama.cpp's ggml type for a matrix (llama_tensor_get_type, src/llama-quant.cpp)."""
+    if fmt in BASE:
+        return mix_type(m, t, fmt)
     base = _GGUF_BASE[fmt]
     if t.role == "output" or (t.role == "embed" and m.tie_embeddings):
         return "q8_0" if fmt is WeightFormat.Q8_0 else "q6_k"
