@@ -44,6 +44,20 @@ def run_out(out: Path) -> Path:
     return out
 
 
+def _detected_file(out: Path | None) -> str:
+    """Write this machine's detected profile where the run's output goes; return its path."""
+    from kvoffload.spec.detect import detect
+    from kvoffload.studies.measure import write_profile
+
+    folder = out or Path("kvoffload-run")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "detected-profile.yaml"
+    header = "# Written by `kvoffload run --hardware detect`: each figure's note says its source.\n"
+    write_profile(detect(), path, header=header)
+    print(f"profile:  {path} (detected)")
+    return str(path)
+
+
 def run(args: argparse.Namespace) -> int:
     """Re-run chapters for one machine and print the notebooks and pages written."""
     require_book_extras()
@@ -51,10 +65,11 @@ def run(args: argparse.Namespace) -> int:
     from kvoffload.build.runner import find_root
 
     out = run_out(Path(args.out)) if args.out else None
+    hardware = _detected_file(out) if args.hardware == "detect" else args.hardware
     try:
         result = run_for_profile(
             find_root(),
-            args.hardware,
+            hardware,
             model=args.model,
             chapter_keys=args.chapter,
             out=out,

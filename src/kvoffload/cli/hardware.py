@@ -54,3 +54,29 @@ def validate_profile(args: argparse.Namespace) -> int:
     summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
     print(f"{args.file}: valid profile '{system.id}' ({summary})")
     return 0
+
+
+def detect_profile(args: argparse.Namespace) -> int:
+    """Print this machine's detected profile (YAML, or JSON), or write it to ``--out``."""
+    import yaml
+
+    from kvoffload.spec.detect import detect
+    from kvoffload.spec.hardware import build_system
+
+    raw = detect()
+    build_system(raw, ident=raw["id"], origin="detected")  # never print one that would not load
+    if args.out:
+        from pathlib import Path
+
+        from kvoffload.studies.measure import write_profile
+
+        header = (
+            "# Written by `kvoffload hardware detect`: each figure's note says where it is from.\n"
+        )
+        write_profile(raw, Path(args.out), header=header)
+        print(f"profile: {args.out}  (use it with: kvoffload run --hardware {args.out})")
+    elif args.json:
+        print_json(raw)
+    else:
+        print(yaml.safe_dump(raw, sort_keys=False, allow_unicode=True), end="")
+    return 0

@@ -15,10 +15,12 @@ def measure(args: argparse.Namespace) -> int:
     import socket
 
     from kvoffload.spec import catalog
+    from kvoffload.spec.detect import DETECT, detect
     from kvoffload.spec.signals import Interrupted, stop_on_signals
     from kvoffload.studies import measure
 
-    if args.base not in catalog.systems():
+    base_raw = detect() if args.base == DETECT else None  # this machine's parts as the base
+    if base_raw is None and args.base not in catalog.systems():
         raise InputError(f"unknown system id {args.base!r}", field="--base")
     directory = Path(args.dir)
     if not directory.is_dir():
@@ -40,7 +42,11 @@ def measure(args: argparse.Namespace) -> int:
                 done()
             # validated against the hardware schema: a profile that would not load is never written
             raw = measure.profile(
-                report, base=args.base, ident=ident, name=f"{host}, measured by kvoffload"
+                report,
+                base=args.base,
+                ident=ident,
+                name=f"{host}, measured by kvoffload",
+                base_raw=base_raw,
             )
             measure.write_profile(raw, out)
     except Interrupted as stop:

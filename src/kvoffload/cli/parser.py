@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    hw = sub.add_parser("hardware", help="hardware profiles: list, show, validate")
+    hw = sub.add_parser("hardware", help="hardware profiles: list, show, detect, validate")
     hws = hw.add_subparsers(dest="action", required=True, parser_class=_Parser)
     hws.add_parser("list", help="list the catalog's system profiles").set_defaults(
         func=hardware.list_profiles
@@ -70,6 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("profile", help="a catalog id or a profile YAML file")
     show.add_argument("--json", action="store_true", help="print JSON")
     show.set_defaults(func=hardware.show_profile)
+    det = hws.add_parser(
+        "detect", help="read this machine into a profile over the closest catalog parts"
+    )
+    det.add_argument("--json", action="store_true", help="print JSON")
+    det.add_argument("--out", help="write the profile to this file (whole or not at all)")
+    det.set_defaults(func=hardware.detect_profile)
     val = hws.add_parser("validate", help="check a profile file")
     val.add_argument("file")
     val.set_defaults(func=hardware.validate_profile)
@@ -109,7 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     me.add_argument("--out", help="profile file to write (default: measured-<host>.yaml)")
     me.add_argument("--quick", action="store_true", help="about 30 s instead of about 5 minutes")
     me.add_argument(
-        "--base", default="a100-80gb-sxm-pcie4", help="catalog system for the parts not measured"
+        "--base",
+        default="a100-80gb-sxm-pcie4",
+        help="catalog system for the parts not measured, or 'detect' (this machine's)",
     )
     me.add_argument(
         "--dir", default=".", help="folder for the scratch file of the storage test (default: here)"
@@ -136,7 +144,11 @@ def build_parser() -> argparse.ArgumentParser:
     rn = sub.add_parser(
         "run", help="re-run chapters for one machine: executed notebooks and offline pages"
     )
-    rn.add_argument("--hardware", required=True, help="a catalog system id or your profile YAML")
+    rn.add_argument(
+        "--hardware",
+        required=True,
+        help="a catalog system id, your profile YAML, or 'detect' (this machine)",
+    )
     rn.add_argument(
         "--model", help="a catalog model id or a HF config.json (default: each chapter's own)"
     )

@@ -10,7 +10,7 @@ from typing import Annotated, Any, ClassVar
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from kvoffload.spec import catalog
+from kvoffload.spec import catalog, detect
 from kvoffload.spec.errors import InputError
 from kvoffload.spec.figures import Figure, FigureField, parse_figures
 from kvoffload.spec.inputs import check_path, display_name, load_mapping, stat_mode
@@ -407,10 +407,13 @@ def system_ids() -> list[str]:
 
 
 def load_system(ref: str | Path | dict) -> System:
-    """Return a System from a catalog id, a profile file path, or an inline mapping."""
+    """Return a System from a catalog id, ``detect`` (this machine), a profile file, or a mapping."""
     if isinstance(ref, dict):
         return build_system(ref, ident="inline", origin="inline")
     text = str(ref)
+    if text == detect.DETECT:  # this machine, read now: `hardware: detect`, `--hardware detect`
+        raw = detect.detect()
+        return build_system(raw, ident=raw["id"], origin="detected by kvoffload hardware detect")
     table = catalog.systems()
     if text in table:
         try:

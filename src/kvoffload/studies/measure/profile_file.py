@@ -25,13 +25,16 @@ from kvoffload.studies.measure.plan import Report, plain_note
 PROFILE_MODE = 0o644  # a profile is shared like any config file (less where the umask says so)
 
 
-def profile(report: Report, *, base: str, ident: str, name: str) -> dict[str, Any]:
+def profile(
+    report: Report, *, base: str, ident: str, name: str, base_raw: dict | None = None
+) -> dict[str, Any]:
     """Return the profile mapping to write, checked against the hardware schema before it is.
 
     Measured figures go over the ``base`` catalog system's parts; a part measured whole (every
-    required field of its schema) replaces the base's. InputError when it would not load.
+    required field of its schema) replaces the base's. ``base_raw``: the base system's mapping
+    when it is not a catalog one (a detected machine). InputError when it would not load.
     """
-    base_raw = catalog.systems()[base]
+    base_raw = base_raw if base_raw is not None else catalog.systems()[base]
     measured: dict[str, dict[str, Any]] = {}
     for key, fig in report.figures.items():
         kind, fld = key.split(".")
@@ -101,17 +104,19 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def write_profile(raw: dict[str, Any], out: Path) -> None:
+MEASURED_HEADER = (
+    "# Written by `kvoffload measure`: measured figures say how and when they were taken.\n"
+)
+
+
+def write_profile(raw: dict[str, Any], out: Path, header: str = MEASURED_HEADER) -> None:
     """Write a profile to ``out`` whole or not at all, mode 0644 (less where the umask says so).
 
     A temporary file in the same folder is written, synced and renamed over ``out``. On any failure (a full disk, a signal) the temporary file is removed and ``out`` is left
     as it was; an OSError becomes an InputError naming the file.
     """
     target = check_out(out)
-    text = (
-        "# Written by `kvoffload measure`: measured figures say how and when they were taken.\n"
-        + yaml.safe_dump(raw, sort_keys=False, allow_unicode=True)
-    )
+    text = header + yaml.safe_dump(raw, sort_keys=False, allow_unicode=True)
     umask = os.umask(0)
     os.umask(umask)
     tmp: str | None = None
