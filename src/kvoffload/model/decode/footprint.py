@@ -8,10 +8,10 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from kvoffload.model import working_memory
-from kvoffload.model.decode.kv_bytes import _kv_token_bytes, _kv_total
+from kvoffload.model.decode.kv_bytes import _kv_class_bytes, _kv_total
 from kvoffload.model.decode.layer_classes import layers, resident_weight_bytes
 from kvoffload.model.decode.placement import Setup
-from kvoffload.model.decode.traffic import weight_traffic
+from kvoffload.model.decode.traffic import staged_weight_bytes
 from kvoffload.spec.models import Model
 
 
@@ -43,8 +43,8 @@ def memory(setup: Setup, context: ArrayLike, batch: ArrayLike = 1) -> Memory:
     weights = resident_weight_bytes(setup.model, setup.weights)
     s = np.asarray(context, dtype=np.float64)[..., None]
     b = np.asarray(batch, dtype=np.float64)[..., None]
-    kvb = lay.kv_per_token * _kv_token_bytes(setup.cache_model, setup.kv)
-    weights_staged = weight_traffic(setup, lay, np.ones(1)).moved  # streamed modules, per layer
+    kvb = _kv_class_bytes(setup, lay)
+    weights_staged = staged_weight_bytes(setup, lay)  # streamed modules, per layer
     staged = weights_staged + (
         b * np.minimum(s, lay.window) * kvb * np.asarray(p.kv.off, dtype=np.float64)[..., None]
         if p.attention == "gpu"

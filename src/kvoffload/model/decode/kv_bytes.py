@@ -6,6 +6,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from kvoffload.model import kv
+from kvoffload.model.decode.layer_classes import Layers
 from kvoffload.model.decode.placement import Setup
 from kvoffload.spec.models import Model
 from kvoffload.spec.precision import KvFormat
@@ -14,6 +15,14 @@ from kvoffload.spec.precision import KvFormat
 def _kv_token_bytes(model: Model, fmt: KvFormat) -> float:
     """Return one attention layer's KV bytes per token in ``fmt`` (B)."""
     return float(kv.attention_layer_token_bytes(model, fmt))  # one attention layer's, per token
+
+
+def _kv_class_bytes(setup: Setup, lay: Layers) -> np.ndarray:
+    """Return the KV bytes one token adds to one layer of each class of ``lay`` (B, read-only)."""
+    return lay.derived(
+        ("kv_class_bytes", setup.kv_heads_stored, setup.kv),
+        lambda: lay.kv_per_token * _kv_token_bytes(setup.cache_model, setup.kv),
+    )
 
 
 def _kv_total(setup: Setup, context: ArrayLike, batch: ArrayLike) -> np.ndarray:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cache
+from typing import Any
 
 import numpy as np
 
 from kvoffload.model import tensor_groups
 from kvoffload.spec.models import Model
 from kvoffload.spec.precision import WeightFormat
+
+_MEMO_ENTRIES = 256  # Layers.derived keeps at most this many keys per Layers, then starts over
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,26 @@ class Layers:
     # bytes and parameters of one layer of each class, per tensor group (tensor_groups.GROUPS)
     group_bytes: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     group_params: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    # what the step derives from these classes alone, per setup key (see ``derived``); a new
+    # one for every Layers, ``replace`` included, so another layout never reads this one's
+    memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def derived(self, key: tuple, make: Callable[[], Any]) -> Any:
+        """Return ``make()`` for ``key``, computed once per key for these classes (read-only)."""
+        try:
+            return self.memo[key]
+        except KeyError:
+            pass
+        except TypeError:  # a key holding an array (shares over a sweep): computed, not kept
+            return make()
+        value = make()
+        for x in value if isinstance(value, tuple) else (value,):
+            if isinstance(x, np.ndarray):
+                x.flags.writeable = False
+        if len(self.memo) >= _MEMO_ENTRIES:  # searches over shares make a key per try
+            self.memo.clear()
+        self.memo[key] = value
+        return value
 
 
 @cache
@@ -133,6 +157,7 @@ def _classes_first(model: Model, weights: WeightFormat, ndim: int) -> Layers:
     )  # fmt: skip
 
 
+@cache
 def step_weight_bytes(model: Model, weights: WeightFormat) -> float:
     """Return the weight bytes one decode step reads: every layer and the output head (B).
 

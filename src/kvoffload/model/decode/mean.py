@@ -8,7 +8,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from kvoffload.model.decode import exact_mean
-from kvoffload.model.decode.layer_classes import _classes_first, layers
+from kvoffload.model.decode.layer_classes import Layers, _classes_first, layers
 from kvoffload.model.decode.overlap import _class_sum, combine
 from kvoffload.model.decode.placement import OVERLAP_MODES, Setup, Split
 from kvoffload.model.decode.streams import STREAMS, _stream_times
@@ -40,6 +40,14 @@ def mean_step(
     p = setup.placement
     shares = (p.kv.gpu, p.kv.cpu, p.kv.disk)
     inputs = (prompt, batch, *shares)
+    g = int(generate)
+    if 1 <= g <= exact_mean.BRUTE_STEPS and all(isinstance(x, (int, float)) for x in inputs):
+        # one point, token by token: the general path's arrays and calls, without its sweep
+        context = (float(prompt) + np.arange(g, dtype=np.float64))[None]
+        summed = not streams and set(overlaps) == {"none"}  # the streams' sum is all it reads
+        per = _stream_times(setup, context, batch, dense=None if summed else True, lay=lay)
+        mean = np.stack(_quantities(per, lay, overlaps, streams)).mean(axis=-1)[:, 0]
+        return _mean_step(mean, overlaps, streams)
     shape = np.broadcast_shapes(*(np.shape(x) for x in inputs))
     swept = [np.ndim(x) > 0 for x in inputs[1:]]
     # the prompt over the whole sweep, the rest only where they vary over it
@@ -66,14 +74,27 @@ def mean_step(
         )
         ctx = context if dense else context.T[None]
         per = _stream_times(at, ctx, b, dense=dense, lay=lay_fn)
-        out = [combine(per, lay_fn, m) for m in overlaps]
-        if streams:
-            out += [_class_sum(per[k], lay_fn) for k in STREAMS]
+        out = _quantities(per, lay_fn, overlaps, streams)
         if dense:
             return np.stack(out)
         return np.stack(out)[..., 0].transpose(0, 2, 1)
 
     mean = exact_mean.token_mean(fn, flat[0].reshape(shape), generate, lay.window)
+    return _mean_step(mean, overlaps, streams)
+
+
+def _quantities(
+    per: dict[str, np.ndarray], lay: Layers, overlaps: tuple[str, ...], streams: bool
+) -> list[np.ndarray]:
+    """Return each overlap mode's step, then (with ``streams``) each stream's sum over layers."""
+    out = [combine(per, lay, m) for m in overlaps]
+    if streams:
+        out += [_class_sum(per[k], lay) for k in STREAMS]
+    return out
+
+
+def _mean_step(mean: np.ndarray, overlaps: tuple[str, ...], streams: bool) -> MeanStep:
+    """Return the means (the overlap modes', then the streams') as a MeanStep."""
     return MeanStep(
         by_overlap=dict(zip(overlaps, mean, strict=False)),
         streams=dict(zip(STREAMS, mean[len(overlaps) :], strict=True)) if streams else {},

@@ -6,7 +6,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from kvoffload.model import cpu_rate, kv
-from kvoffload.model.decode.kv_bytes import _kv_token_bytes
+from kvoffload.model.decode.kv_bytes import _kv_class_bytes
 from kvoffload.model.decode.layer_classes import Layers, layers
 from kvoffload.model.decode.placement import Setup, Split
 from kvoffload.model.decode.traffic import weight_traffic
@@ -48,19 +48,26 @@ def _any(x: ArrayLike) -> bool:
 
 
 def _stream_times(
-    setup: Setup, context: ArrayLike, batch: ArrayLike, *, dense: bool, lay: Layers | None = None
+    setup: Setup,
+    context: ArrayLike,
+    batch: ArrayLike,
+    *,
+    dense: bool | None,
+    lay: Layers | None = None,
 ) -> dict[str, np.ndarray]:
     """Return stream_times; ``dense``: the streams that may vary with the context as full arrays.
 
     A matmul over a broadcast view may round differently from one over a full array, so the
     public stream_times keeps the layouts it has always returned; sweeps that only combine the
-    streams skip the copies. ``lay``: the layer classes (see _classes_first), else the model's.
+    streams skip the copies (views of one shape), and ``dense=None`` returns them as computed
+    (numbers or smaller arrays), for a caller that only adds them up (overlap 'none').
+    ``lay``: the layer classes (see _classes_first), else the model's.
     """
     sysm, p = setup.system, setup.placement
     lay = lay or layers(setup.model, setup.weights)
     s = np.asarray(context, dtype=np.float64)[..., None]
     b = np.asarray(batch, dtype=np.float64)[..., None]
-    kvb = lay.kv_per_token * _kv_token_bytes(setup.cache_model, setup.kv)
+    kvb = _kv_class_bytes(setup, lay)
     held = np.minimum(s, lay.window)
     gpu_attends = p.attention == "gpu"
     # a recurrent layer's fixed state: read once per request and step, and written back (when
@@ -122,6 +129,9 @@ def _stream_times(
     write_bytes = new_kv * c.disk
     disk_read = read_bytes / st.read_bandwidth.value + (read_bytes > 0) * st.read_latency.value
     disk_write = write_bytes / st.write_bandwidth.value
+    if dense is None:
+        return {"gpu": gpu, "cpu": cpu, "h2d": h2d, "d2h": d2h, "disk_read": disk_read,
+                "disk_write": disk_write}  # fmt: skip
     shape = gpu.shape
     if dense:
         cpu, h2d, disk_read = _full(cpu, shape), _full(h2d, shape), _full(disk_read, shape)

@@ -25,6 +25,14 @@ class WeightTraffic:
     hand_overs: np.ndarray  # activation copies each way (CPU-computed groups)
 
 
+def staged_weight_bytes(setup: Setup, lay: Layers) -> np.ndarray:
+    """Return the weight bytes each class copies to the GPU per step, for one request (B)."""
+    p, r = setup.placement, setup.routing
+    return lay.derived(
+        ("staged", p.groups, p.weights, r), lambda: weight_traffic(setup, lay, np.ones(1)).moved
+    )
+
+
 def weight_traffic(setup: Setup, lay: Layers, b: np.ndarray) -> WeightTraffic:
     """Return each class's weight traffic for ``b`` requests (a trailing class axis).
 
@@ -38,12 +46,16 @@ def weight_traffic(setup: Setup, lay: Layers, b: np.ndarray) -> WeightTraffic:
     active = touched_share(n, k, b, r.effective_experts) if (k, n) != (1, 1) else 1.0
     if not p.groups and r.stream == "all":
         w = p.weights
-        read = lay.weight_bytes - lay.expert_bytes + lay.expert_bytes * active
-        zero = np.zeros_like(lay.weight_bytes)
-        return WeightTraffic(
-            read, zero, b * lay.dense_flops, zero, lay.weight_bytes * w.off,
-            lay.weight_bytes * w.disk, zero,
+        # what does not depend on the batch is computed once per placement (read-only arrays)
+        read_at = lambda: lay.weight_bytes - lay.expert_bytes + lay.expert_bytes * active  # noqa: E731
+        read = lay.derived(("read",), read_at) if (k, n) == (1, 1) else read_at()
+        zero, moved, disk = lay.derived(
+            ("placed", w),
+            lambda: (
+                np.zeros_like(lay.weight_bytes), lay.weight_bytes * w.off, lay.weight_bytes * w.disk
+            ),
         )  # fmt: skip
+        return WeightTraffic(read, zero, b * lay.dense_flops, zero, moved, disk, zero)
     experts = tensor_groups.GROUPS.index("experts")
     placed = {g.group: g for g in p.groups}
     gpu_b = cpu_b = gpu_f = cpu_f = moved = disk = 0.0
