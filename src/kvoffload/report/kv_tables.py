@@ -50,6 +50,6 @@ def kv_precision_table(sizes: pd.DataFrame, tokens: int) -> pd.DataFrame:
             f"per request at {tokens:,} tokens": [
                 format_bytes(b) for b in sizes["per_request_bytes"]
             ],
-            "relative to bf16": sizes["relative_to_bf16"],
+            "relative to bf16 (×)": sizes["relative_to_bf16"],
         }
     )

@@ -222,7 +222,7 @@ def format_seconds(s: float, *, digits: int = 4) -> str:
     """Format a duration with the unit that suits it, e.g. '15.63 ms'."""
     if s == 0:
         return "0 s"
-    return _scaled(s, [(1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")], digits)
+    return _scaled(s, [(1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")], digits)
 
 
 def format_rate(r: float, *, digits: int = 4) -> str:

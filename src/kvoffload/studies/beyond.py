@@ -76,7 +76,7 @@ def link_rows(
                     decode.tpot(st, context, generate, batch, "perfect")
                 )
                 * 1e3,
-                "link / GPU work": float(step.streams["h2d"]) / hbm,
+                "link / GPU work (×)": float(step.streams["h2d"]) / hbm,
                 "rate kind": fig.kind.value,
                 "rate source": catalog.source_title(fig.source),
             }
@@ -243,9 +243,9 @@ def link_findings(links: pd.DataFrame) -> LinkFindings:
     return LinkFindings(
         pcie4_ms=float(by.loc["PCIe 4.0 x16", tpot]),
         pcie5_ms=float(by.loc["PCIe 5.0 x16", tpot]),
-        pcie5_ratio=float(by.loc["PCIe 5.0 x16", "link / GPU work"]),
+        pcie5_ratio=float(by.loc["PCIe 5.0 x16", "link / GPU work (×)"]),
         c2c_ms=float(by.loc[c2c, tpot]),
-        c2c_ratio=float(by.loc[c2c, "link / GPU work"]),
+        c2c_ratio=float(by.loc[c2c, "link / GPU work (×)"]),
     )
 
 
