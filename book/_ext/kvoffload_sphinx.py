@@ -1,5 +1,6 @@
 """Sphinx tweaks for an offline book: drop the unused Thebe scripts, give the theme a mode, load
-the heavy scripts only where a page uses them, add the fallback fonts.
+the heavy scripts only where a page uses them, add the fallback fonts, make the sidebar toggles
+work on a phone.
 
 Jupyter Book 1 always loads sphinx-thebe, which declares a constant pointing at a CDN, twice on
 some builds ("Identifier 'THEBE_JS_URL' has already been declared" in the console). The book
@@ -12,6 +13,9 @@ which put it on the intro and every index page.
 Titles reach pages unescaped in two places, so a profile's name could run script: the book theme
 prints ``root_title`` and ``pagetitle`` raw, and Sphinx's search sets section titles from the
 index with ``innerHTML``. Both are escaped here.
+
+The theme pair renders each sidebar toggle twice and binds only the first, a hidden one
+(pydata-sphinx-theme issue 2451): ``SIDEBARS`` hands a click on the visible one to it.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 _MODE = 'document.documentElement.dataset.mode = localStorage.getItem("mode") || "light";'
 VEGA = "vendor/vega-bundle.js"
 FONTS_CSS = "fonts/kvoffload-fonts.css"
+SIDEBARS = "kvoffload-sidebars.js"
 # a chart (report.charting.to_html) or any page that calls Vega-Embed itself
 _USES_VEGA = re.compile(r"kvoffload-chart|vegaEmbed|data-kvoffload-vega")
 # Sphinx's math nodes render as <span|div class="math notranslate nohighlight">\(...\)</...>
@@ -253,4 +258,5 @@ def setup(app):
     app.connect("html-page-context", _drop_thebe, priority=900)
     app.connect("html-page-context", _page_scripts, priority=950)
     app.add_js_file(None, body=_MODE, priority=1)
+    app.add_js_file(SIDEBARS)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
