@@ -33,8 +33,14 @@ def model_json(model: Any) -> dict[str, Any]:
         "active_params": model.active_params,
         "published_params": model.published_params,
         "kv_bytes_per_token_bf16": bytes_per_token(model),
-        "weight_bytes": {f.value: model.weight_bytes(f).total for f in WeightFormat},
+        "weight_bytes": {
+            f.value: model.weight_bytes(f).total
+            for f in WeightFormat
+            if f is not WeightFormat.GGUF or hasattr(model, "type_bytes")
+        },
     }
+    if hasattr(model, "type_bytes"):  # read from a .gguf file: its own bytes, exactly
+        out["gguf"] = gguf_bytes(model)
     if model.mla:
         out["mla"] = {
             "kv_lora_rank": model.mla.kv_lora_rank,
@@ -48,6 +54,22 @@ def model_json(model: Any) -> dict[str, Any]:
             "moe_layers": sum(model.moe_layers),
         }
     return out
+
+
+def gguf_bytes(model: Any) -> dict[str, Any]:
+    """Return a GGUF model's bytes as the file stores them: total, per tensor group, per type."""
+    import numpy as np
+
+    from kvoffload.model.tensor_groups import GROUPS, tensor_table
+    from kvoffload.spec.precision import WeightFormat
+
+    table = tensor_table(model, WeightFormat.GGUF)
+    sums = np.bincount(table.group, weights=table.nbytes, minlength=len(GROUPS))
+    return {
+        "total": model.weight_bytes(WeightFormat.GGUF).total,
+        "groups": {g: int(b) for g, b in zip(GROUPS, sums, strict=True) if b},
+        "types": dict(sorted(model.type_bytes().items(), key=lambda kv: -kv[1])),
+    }
 
 
 def list_models(_: argparse.Namespace) -> int:
@@ -113,4 +135,10 @@ def show_model(args: argparse.Namespace) -> int:
     print("  weights:")
     for fmt, total in info["weight_bytes"].items():
         print(f"    {fmt:<7} {format_bytes(total)}")
+    if "gguf" in info:
+        print(f"  as the file stores them: {format_bytes(info['gguf']['total'])}")
+        for group, total in info["gguf"]["groups"].items():
+            print(f"    {group:<14} {format_bytes(total)}")
+        types = ", ".join(f"{k} {format_bytes(v)}" for k, v in info["gguf"]["types"].items())
+        print(f"  by ggml type: {types}")
     return 0

@@ -88,12 +88,12 @@ def _kind(mode: int) -> str | None:
     return "is not a regular file"
 
 
-def read_bytes(path: str | Path, limit: int = MAX_FILE_BYTES) -> bytes:
-    """Return the bytes of a regular file of at most ``limit`` bytes, refusing anything else.
+def open_regular(path: str | Path) -> tuple[int, int]:
+    """Open a regular file without blocking and return its descriptor and size; refuse the rest.
 
     The file is checked before it is opened (devices, FIFOs, sockets and directories are
-    refused, so none is ever read or waited on), opened without blocking, checked again on the
-    open descriptor, and read to at most ``limit + 1`` bytes whatever its reported size.
+    refused, so none is ever read or waited on), opened with O_NONBLOCK, and checked again on
+    the open descriptor (it may have been replaced in between). The caller closes the descriptor.
     """
     name = check_path(path)
     shown = display_name(name)
@@ -110,11 +110,28 @@ def read_bytes(path: str | Path, limit: int = MAX_FILE_BYTES) -> bytes:
     try:
         info = os.fstat(fd)
         kind = _kind(info.st_mode)  # replaced between the check and the open
-        if kind:
-            raise InputError(kind, file=shown)
-        if info.st_size > limit:
+    except OSError as exc:
+        os.close(fd)
+        raise InputError(_os_problem(exc), file=shown) from None
+    if kind:
+        os.close(fd)
+        raise InputError(kind, file=shown)
+    return fd, info.st_size
+
+
+def read_bytes(path: str | Path, limit: int = MAX_FILE_BYTES) -> bytes:
+    """Return the bytes of a regular file of at most ``limit`` bytes, refusing anything else.
+
+    The file is checked before it is opened (devices, FIFOs, sockets and directories are
+    refused, so none is ever read or waited on), opened without blocking, checked again on the
+    open descriptor, and read to at most ``limit + 1`` bytes whatever its reported size.
+    """
+    fd, size = open_regular(path)
+    shown = display_name(str(path))
+    try:
+        if size > limit:
             raise InputError(
-                f"file is {info.st_size} bytes, larger than the {limit} byte limit", file=shown
+                f"file is {size} bytes, larger than the {limit} byte limit", file=shown
             )
         chunks: list[bytes] = []
         got = 0

@@ -16,6 +16,12 @@ MAX_NAME_BYTES = 255  # Linux NAME_MAX: no longer file name can exist on ext4, x
 MAX_ID_CHARS = 128  # catalog ids are under 40; Hugging Face repo names stop at 96 characters
 MAX_DEPTH = 32  # nesting of a YAML or JSON input; real files nest 4 levels deep
 MAX_INT_DIGITS = 30  # digits of any integer a file gives; 10**30 exceeds every bound here
+# a GGUF file's header (metadata and tensor infos; not its weights): a 262k-token vocabulary with
+# its merges and scores is about 15 MB; 256 MiB is 17x that
+MAX_GGUF_HEADER_BYTES = 1 << 28
+MAX_GGUF_STRING_BYTES = 1 << 20  # one metadata string (chat templates are tens of kB)
+MAX_GGUF_TENSORS = 1 << 20  # DeepSeek-V3 has 1,025 tensors (experts merged per layer)
+MAX_GGUF_SPLITS = 1024  # gguf-split parts of one model; published ones have under 100
 
 # -- model shape ----------------------------------------------------------------------------
 MAX_LAYERS = 1024  # deepest published decoders have under 200 layers (Llama 3.1 405B: 126)

@@ -62,7 +62,7 @@ def _from_model_file(raw: dict, path: Path, ident: str) -> Model:
 
 
 def load_model(ref: str | Path) -> Model:
-    """Return a Model from a catalog id, a HF config.json, or a model YAML file."""
+    """Return a Model from a catalog id, a HF config.json, a model YAML file or a .gguf file."""
     text = str(ref)
     if text in catalog.model_paths():
         return _catalog_model(text)
@@ -72,6 +72,10 @@ def load_model(ref: str | Path) -> Model:
         if "/" in text or Path(text[-8:]).suffix.lower() in _MODEL_SUFFIXES:
             raise
         raise catalog.unknown_id("model", text, catalog.model_paths()) from None
+    if path.suffix.lower() == ".gguf":
+        from kvoffload.spec.models.gguf_model import from_gguf  # imports gguf-py
+
+        return from_gguf(path)
     if _is(path, stat.S_ISDIR) and _is(path / "config.json", stat.S_ISREG):
         path = path / "config.json"
     if path.suffix.lower() in _MODEL_SUFFIXES or _is(path, None):

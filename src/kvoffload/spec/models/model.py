@@ -72,8 +72,7 @@ class Model(Architecture):
         per_layer = np.zeros(self.n_layers, dtype=np.int64)
         experts = np.zeros(self.n_layers, dtype=np.int64)
         embedding = output = 0
-        for t in self.tensors():
-            b = _tensor_bytes(self, t, fmt)
+        for t, b in self.tensor_bytes(fmt):
             if t.layer is not None:
                 per_layer[t.layer] += b
                 if t.role.startswith("exp_"):
