@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvoffload.engines import flexgen, llamacpp
+from kvoffload.engines import flexgen, llamacpp, prefix_cache, vllm
 from kvoffload.engines.scenario import parse_scenario, predict
 from kvoffload.spec import catalog
 
@@ -98,3 +98,46 @@ def test_the_defaults_are_what_a_scenario_without_options_uses():
             check=False,
         )
         assert implicit.tpot_s == explicit.tpot_s
+
+
+def _copy_fit(entry: dict, column: str) -> tuple[float, float]:
+    """Return (s per block, B/s) of t = a + bytes / R fitted to a column of the blog's Fig. 3/4."""
+    src = entry["from"]
+    nbytes = np.array(src["block_kib"], dtype=float) * 1024
+    t = nbytes / (np.array(src[column]) * 1e9)
+    # least squares on each point's relative error: (a + bytes / R) / t = 1
+    (a, inverse), *_ = np.linalg.lstsq(
+        np.stack([1 / t, nbytes / t], 1), np.ones(len(t)), rcond=None
+    )
+    return a, 1 / inverse
+
+
+def test_the_copy_paths_are_re_derived_from_the_vllm_blogs_copy_benchmark():
+    c = CONSTANTS["copy"]
+    a, dma_rate = _copy_fit(c["dma_per_block_us"], "h2d_dma_gb_per_s")
+    ak, kernel_rate = _copy_fit(c["kernel_per_item_us"], "h2d_kernel_gb_per_s")
+    assert c["dma_per_block_us"]["value"] == pytest.approx(a * 1e6, rel=1e-6)
+    assert c["kernel_per_item_us"]["value"] == pytest.approx(ak * 1e6, rel=1e-6)
+    assert c["kernel_rate_share"]["value"] == pytest.approx(kernel_rate / dma_rate, rel=1e-6)
+    assert c["kernel_rate_share"]["from"]["dma_gb_per_s"] == pytest.approx(dma_rate / 1e9, 1e-6)
+    assert c["kernel_rate_share"]["from"]["kernel_gb_per_s"] == pytest.approx(
+        kernel_rate / 1e9, rel=1e-6
+    )
+    dma, kernel = prefix_cache.dma_copy(), prefix_cache.kernel_copy()
+    assert dma.per_item_s == pytest.approx(a, rel=1e-6) and dma.rate_share == 1.0
+    assert kernel.per_item_s == pytest.approx(ak, rel=1e-6)
+    assert kernel.rate_share == c["kernel_rate_share"]["value"]
+
+
+def test_vllms_per_hit_cost_is_one_assumed_scheduler_step():
+    entry = CONSTANTS["vllm"]["per_hit_ms"]
+    assert entry["kind"] == "assumed" and entry["value"] == 1.0
+    raw = {
+        "hardware": "h100-sxm-pcie5",
+        "model": "llama-3.1-8b",
+        "engine": "vllm",
+        "options": {"kv_offloading_size": 100},
+        "workload": {"batch": 1, "prompt": 10_000, "generate": 1},
+    }
+    rule = vllm.cache_rule(parse_scenario(raw))
+    assert rule.reload.per_hit_s == entry["value"] * 1e-3

@@ -54,7 +54,7 @@ def p2p_s(system, nbytes: float) -> float:
 
 
 # -- the 2-GPU profile, engine by engine ---------------------------------------------------------
-REFUSED = {"infllm"}
+REFUSED = {"infllm", "sglang", "trtllm"}
 RUNS = {"generic", "llamacpp", "vllm", "zero-inference", "hf-accelerate"}
 
 
@@ -191,6 +191,11 @@ def test_zero_inference_refuses_fewer_prompts_than_gpus(tmp_path):
 
 def test_infllm_refuses_several_gpus_in_one_line(tmp_path):
     _refused(tmp_path, raw("infllm", TWO), "hardware.gpu.count")
+
+
+@pytest.mark.parametrize("engine", ["sglang", "trtllm"])
+def test_sglang_and_trtllm_refuse_several_gpus_in_one_line(tmp_path, engine):
+    _refused(tmp_path, raw(engine, TWO), "hardware.gpu.count")
 
 
 def test_flexgen_refuses_several_gpus_in_one_line(tmp_path):

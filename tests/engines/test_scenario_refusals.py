@@ -9,7 +9,7 @@ import pytest
 
 from kvoffload.engines import registry, scenario, vllm
 from kvoffload.engines.scenario import ENGINES, parse_scenario, predict
-from kvoffload.engines.spec import SET_BY_ENGINE, EngineSpec, EngineSpecError
+from kvoffload.engines.spec import SET_BY_ENGINE, EngineSpec, EngineSpecError, PrefixCache
 from kvoffload.spec.errors import InputError
 from kvoffload.spec.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_EXPERTS, MAX_GENERATE_TOKENS
 from tests.support.refusals import assert_refused
@@ -34,6 +34,10 @@ POINTS_TO = {
     ("overlap", "zero-inference"): "engine: generic",
     ("overlap", "hf-accelerate"): "engine: generic",
     ("overlap", "infllm"): "engine: generic",
+    ("attention", "sglang"): "engine: generic",
+    ("overlap", "sglang"): "engine: generic",
+    ("attention", "trtllm"): "engine: generic",
+    ("overlap", "trtllm"): "engine: generic",
 }
 VALUES = {"attention": ["gpu", "cpu"], "overlap": ["none", "pipeline", "perfect", "flexgen"]}
 
@@ -90,6 +94,11 @@ def test_a_declaration_missing_a_field_is_refused_naming_the_engine_and_the_fiel
         ({"placement_option": ""}, "placement_option"),
         ({"routing_ignored": (("experts",), "no routing")}, "routing_ignored"),
         ({"routing_ignored": (("stream",), "")}, "routing_ignored"),
+        ({"prefix_cache": ""}, "prefix_cache"),
+        ({"prefix_cache": 3}, "prefix_cache"),
+        ({"prefix_cache": PrefixCache(tiers=("cpu",), rule=vllm.cache_rule)}, "prefix_cache"),
+        ({"prefix_cache": PrefixCache(tiers=("gpu", "ssd"), rule=vllm.cache_rule)}, "prefix_cache"),
+        ({"prefix_cache": PrefixCache(tiers=("gpu", "cpu"), rule=None)}, "prefix_cache"),
     ],
 )
 def test_a_declaration_of_the_wrong_shape_is_refused_naming_the_field(change, field):
@@ -105,6 +114,7 @@ def test_an_engine_declared_twice_is_refused():
 def test_the_registry_lists_every_engine_once_in_the_order_errors_name_them():
     assert list(ENGINES) == [
         "generic", "llamacpp", "vllm", "flexgen", "zero-inference", "hf-accelerate", "infllm",
+        "sglang", "trtllm",
     ]  # fmt: skip
     assert all(name == spec.name for name, spec in ENGINES.items())
 
@@ -113,7 +123,7 @@ def test_an_unknown_engine_is_refused_in_one_line_listing_the_engines():
     err = _refusal({**BASE, "engine": "nope"})
     assert err.field == "engine" and err.problem == (
         "engine 'nope' is not known; engines: generic, llamacpp, vllm, flexgen, "
-        "zero-inference, hf-accelerate, infllm"
+        "zero-inference, hf-accelerate, infllm, sglang, trtllm"
     )
 
 
@@ -238,3 +248,67 @@ def test_a_bound_refusal_exits_2_in_one_line(cli_process, write):
     path = write("s.yaml", "hardware: t4-pcie3\nmodel: opt-6.7b\n"
                  f"workload: {{batch: {MAX_BATCH + 1}, prompt: 512}}\n")  # fmt: skip
     assert_refused(cli_process("predict", path), path, f"workload.batch: {MAX_BATCH + 1:,}")
+
+
+# -- reuse: and traffic: on an engine's prefix cache ---------------------------------------------
+LLAMA_H100 = {
+    "hardware": "h100-sxm-pcie5",
+    "model": "llama-3.1-8b",
+    "workload": {"batch": 1, "prompt": 10_000, "generate": 1},
+}
+TRAFFIC = {"sessions": 200, "prefix_tokens": 8000, "new_tokens": 200, "turn_gap_s": 30}
+
+
+@pytest.mark.parametrize("engine", ["generic", "flexgen", "zero-inference", "hf-accelerate"])
+@pytest.mark.parametrize(
+    "block", [{"reuse": {"cached_tokens": 512}}, {"traffic": {**TRAFFIC, "arrival_rate": 1}}]
+)
+def test_an_engine_without_a_prefix_cache_refuses_reuse_naming_the_ones_that_have(engine, block):
+    err = _refusal({**LLAMA_H100, "engine": engine, **block})
+    assert err.file == "s.yaml" and err.field == next(iter(block))
+    assert f"engine '{engine}' has no prefix cache" in err.problem
+    assert "engine: vllm" in err.problem and "sglang" in err.problem
+
+
+@pytest.mark.parametrize(
+    ("extra", "field", "fragment"),
+    [
+        ({"reuse": {"cached_tokens": 10_001}}, "reuse.cached_tokens", "more than the prompt"),
+        ({"reuse": {"cached_tokens": MAX_CONTEXT_TOKENS + 1}}, "reuse.cached_tokens", "maximum"),
+        ({"reuse": {"cached_tokens": -1}}, "reuse.cached_tokens", "greater than or equal"),
+        ({"reuse": {"cached_tokens": 8, "tier": "ssd"}}, "reuse.tier", "'gpu', 'cpu' or 'disk'"),
+        ({"reuse": {"cached_tokens": 8, "tier": "disk"}}, "reuse.tier", "no disk tier"),
+        (
+            {"reuse": {"cached_tokens": 8}, "options": {"kv_offloading_size": 500}},
+            "options.kv_offloading_size",
+            "more than the 512 GB",
+        ),
+        ({"reuse": {"cached_tokens": 8}, "options": {}}, "reuse.tier", "kv_offloading_size"),
+        (
+            {"reuse": {"cached_tokens": 8}, "options": {"prefix_hit_rate": 0.5}},
+            "options.prefix_hit_rate",
+            "deprecated",
+        ),
+        ({"traffic": {**TRAFFIC, "arrival_rate": 7}}, "traffic.arrival_rate", "sooner than"),
+        ({"traffic": {**TRAFFIC, "arrival_rate": 0}}, "traffic.arrival_rate", "greater than"),
+        ({"traffic": {**TRAFFIC, "arrival_rate": 2e6}}, "traffic.arrival_rate", "less than"),
+        ({"traffic": {**TRAFFIC, "arrival_rate": 1, "turn_gap_s": -1}}, "traffic.turn_gap_s", ""),
+        ({"traffic": {**TRAFFIC, "arrival_rate": 1, "sessions": 0}}, "traffic.sessions", ""),
+        (
+            {"traffic": {**TRAFFIC, "arrival_rate": 1, "sessions": (1 << 24) + 1}},
+            "traffic.sessions",
+            "maximum",
+        ),
+        (
+            {"traffic": {**TRAFFIC, "arrival_rate": 1, "prefix_tokens": 200_000}},
+            "traffic.prefix_tokens",
+            "",
+        ),
+        ({"traffic": {**TRAFFIC, "arrival_rate": 1, "speed": 2}}, "traffic.speed", ""),
+    ],
+)
+def test_a_bad_reuse_or_traffic_block_is_refused_in_one_line(extra, field, fragment):
+    raw = {**LLAMA_H100, "engine": "vllm", "options": {"kv_offloading_size": 100}, **extra}
+    err = _refusal(raw)
+    assert err.file == "s.yaml" and err.field == field, (err.field, err.problem)
+    assert fragment in err.problem and "\n" not in str(err)

@@ -71,4 +71,35 @@ def predict(args: argparse.Namespace) -> int:
         f"  memory: GPU {format_bytes(mem['gpu_bytes'])} of {format_bytes(mem['gpu_capacity_bytes'])}, "
         f"host {format_bytes(mem['cpu_bytes'])}, disk {format_bytes(mem['disk_bytes'])}"
     )
+    if out["reuse"] is not None:
+        _print_reuse(out)
     return 0
+
+
+def _print_reuse(out: dict) -> None:
+    """Print a prediction's prefix-cache hit and, with traffic, its mix of hits per tier."""
+    from kvoffload.spec.units import format_bandwidth, format_bytes
+
+    r = out["reuse"]
+    if r["tier"] is not None:
+        print(
+            f"  prefix cache: {r['hit_tokens']:,} tokens from {r['tier']}, TTFT "
+            f"{out['ttft_ms']:.1f} ms (recompute {out['ttft_recompute_ms']:.1f} ms): load "
+            f"{r['load_ms']:.2f} ms of {format_bytes(r['load_bytes'])} at "
+            f"{format_bandwidth(r['load_bandwidth'])}, new tokens {r['prefill_new_ms']:.2f} ms, "
+            f"{format_bytes(r['store_bytes'])} stored"
+        )
+    if r["hit_rate_by_tier"] is not None:
+        hits = ", ".join(f"{t} {v:.1%}" for t, v in r["hit_rate_by_tier"].items())
+        alive = ", ".join(
+            f"{t} {'for ever' if v is None else f'{v:.3g} s'}"
+            for t, v in r["survival_s_by_tier"].items()
+        )
+        print(
+            f"  traffic: hits {hits}; TTFT mean {r['ttft_mean_ms']:.1f} ms, p90 "
+            f"{r['ttft_p90_ms']:.1f} ms; {r['prefill_tokens_per_s']:,.0f} tokens/s prefilled"
+        )
+        print(
+            f"  a session stays cached: {alive}; 90% of turns hit with "
+            f"{format_bytes(r['host_bytes_for_90pct'])} of host memory"
+        )

@@ -26,7 +26,7 @@ the ones the validation checks, apply to every scenario (both can be overridden 
   difference is 64 hand-overs per token, two per layer.
 
 CPU-side matmuls stream their weights at ``cpu_weight_rate``; the logits come back to the host for
-sampling.
+sampling. The host prompt cache (``cache_ram``, a scenario's ``reuse:``) is llamacpp_prompt_cache.py.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ import msgspec
 import numpy as np
 from msgspec import Meta
 
-from kvoffload.engines.spec import EngineSpec
+from kvoffload.engines.llamacpp_prompt_cache import cache_rule
+from kvoffload.engines.spec import EngineSpec, PrefixCache
 from kvoffload.model import cpu_rate, decode, kv, routing, tensor_groups, transfer
 from kvoffload.model.prediction import Prediction, Resolved, Scenario
 from kvoffload.model.tensor_groups import TensorTable
@@ -86,6 +87,7 @@ class Options(Strict):
     # default: catalog/engine_constants.yaml
     gpu_share: Annotated[float, Meta(gt=0, le=1)] | None = None
     split_sync_us: Annotated[float, Meta(ge=0, le=100_000)] | None = None  # default: PR #7526
+    cache_ram: Annotated[int, Meta(ge=-1, le=1 << 32)] = 8192  # MiB; 0: off, -1: no limit
 
     def __post_init__(self) -> None:
         """Split a comma-separated ``override_tensor`` and check each of its rules."""
@@ -442,4 +444,5 @@ ENGINE = EngineSpec(
         "say where experts live with options.n_cpu_moe, options.cpu_moe or "
         "options.override_tensor instead",
     ),
+    prefix_cache=PrefixCache(tiers=("gpu", "cpu"), rule=cache_rule),
 )

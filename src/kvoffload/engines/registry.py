@@ -14,11 +14,20 @@ from kvoffload.engines import (
     hf_accelerate,
     infllm,
     llamacpp,
+    sglang,
+    trtllm,
     vllm,
     zero_inference,
 )
-from kvoffload.engines.spec import REQUIRED, SET_BY_ENGINE, EngineSpec, EngineSpecError
+from kvoffload.engines.spec import (
+    REQUIRED,
+    SET_BY_ENGINE,
+    EngineSpec,
+    EngineSpecError,
+    PrefixCache,
+)
 from kvoffload.model.prediction import Prediction, Scenario
+from kvoffload.model.reuse import TIERS
 from kvoffload.model.routing import Routing
 from kvoffload.spec.errors import InputError
 from kvoffload.spec.text import Strict, validate
@@ -64,6 +73,27 @@ def _problem(spec: EngineSpec) -> tuple[str, str] | None:
         return "routing_ignored", f"its fields must be a tuple of {', '.join(_ROUTING_FIELDS)}"
     if bool(fields) != bool(message):
         return "routing_ignored", "a message goes with the fields, and none without"
+    return _cache_problem(spec.prefix_cache)
+
+
+def _cache_problem(pc: object) -> tuple[str, str] | None:
+    """Return ("prefix_cache", what is wrong) unless it is a PrefixCache or what to use instead."""
+    if isinstance(pc, str):
+        return None if pc else ("prefix_cache", "must say what to use instead when it is a string")
+    if not isinstance(pc, PrefixCache):
+        return "prefix_cache", "must be a PrefixCache or a string saying what to use instead"
+    tiers = pc.tiers
+    if (
+        not isinstance(tiers, tuple)
+        or not tiers
+        or tiers[0] != "gpu"
+        or len(set(tiers)) != len(tiers)
+        or any(t not in TIERS for t in tiers)
+        or list(tiers) != sorted(tiers, key=TIERS.index)
+    ):
+        return "prefix_cache", f"its tiers must be 'gpu' and then some of {TIERS[1:]}, in order"
+    if not callable(pc.rule):
+        return "prefix_cache", "its rule must be a function of a Scenario returning a CacheRule"
     return None
 
 
@@ -84,7 +114,20 @@ def engine_table(*specs: EngineSpec) -> dict[str, EngineSpec]:
 
 
 ENGINES: dict[str, EngineSpec] = engine_table(
-    *(m.ENGINE for m in (generic, llamacpp, vllm, flexgen, zero_inference, hf_accelerate, infllm))
+    *(
+        m.ENGINE
+        for m in (
+            generic,
+            llamacpp,
+            vllm,
+            flexgen,
+            zero_inference,
+            hf_accelerate,
+            infllm,
+            sglang,
+            trtllm,
+        )
+    )
 )
 
 

@@ -8,20 +8,30 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
+from kvoffload.engines import prefix_cache
 from kvoffload.engines.registry import ENGINES, run_engine, validate_options
 from kvoffload.engines.spec import SET_BY_ENGINE, EngineSpec
 from kvoffload.model import decode
-from kvoffload.model.prediction import Prediction, Scenario, check_fits
+from kvoffload.model.prediction import (
+    Prediction,
+    PrefixRequest,
+    Scenario,
+    SessionTraffic,
+    check_fits,
+)
 from kvoffload.model.routing import Routing
 from kvoffload.model.tensor_groups import GROUPS
 from kvoffload.spec.errors import FieldError, InputError
 from kvoffload.spec.hardware import load_system
 from kvoffload.spec.inputs import load_mapping, stat_mode
 from kvoffload.spec.limits import (
+    MAX_ARRIVAL_RATE,
     MAX_BATCH,
     MAX_CONTEXT_TOKENS,
     MAX_EXPERTS,
     MAX_GENERATE_TOKENS,
+    MAX_SESSIONS,
+    MAX_TURN_GAP_S,
     bound_problem,
 )
 from kvoffload.spec.models import load_model
@@ -130,6 +140,51 @@ class RoutingIn(Strict):
             _bounded("effective_experts", self.effective_experts, MAX_EXPERTS, "routed experts")
 
 
+Tokens = Annotated[int, Meta(ge=0)]
+
+
+class ReuseIn(Strict, kw_only=True):
+    """A request whose prompt starts with cached tokens: how many, and where they are."""
+
+    cached_tokens: Tokens
+    tier: Literal["gpu", "cpu", "disk"] = "cpu"
+
+    def __post_init__(self) -> None:
+        """Check the cached tokens against their plausible maximum."""
+        super().__post_init__()
+        _bounded("cached_tokens", self.cached_tokens, MAX_CONTEXT_TOKENS, "tokens of context")
+
+
+class TrafficIn(Strict, kw_only=True):
+    """Sessions whose turns share the prefix cache (model/lru.py)."""
+
+    sessions: Positive
+    prefix_tokens: Tokens
+    new_tokens: Positive
+    generate: Positive = 1
+    turn_gap_s: Annotated[float, Meta(ge=0.0, le=MAX_TURN_GAP_S)] = 0.0
+    arrival_rate: Annotated[float, Meta(gt=0.0, le=MAX_ARRIVAL_RATE)]
+
+    def __post_init__(self) -> None:
+        """Check each count's bound, then that no session's turns come sooner than turn_gap_s."""
+        super().__post_init__()
+        _bounded("sessions", self.sessions, MAX_SESSIONS, "sessions")
+        for name in ("prefix_tokens", "new_tokens", "generate"):
+            _bounded(name, getattr(self, name), MAX_CONTEXT_TOKENS, "tokens of context")
+        total = self.prefix_tokens + self.new_tokens + self.generate
+        problem = bound_problem(total, MAX_CONTEXT_TOKENS, "tokens of context")
+        if problem:
+            raise ValueError(f"prefix_tokens + new_tokens + generate: {problem}")
+        if self.arrival_rate * self.turn_gap_s > self.sessions:
+            raise FieldError(
+                "arrival_rate",
+                f"{self.arrival_rate:g} requests/s over {self.sessions:,} sessions is one turn "
+                f"every {self.sessions / self.arrival_rate:g} s per session, sooner than "
+                f"turn_gap_s {self.turn_gap_s:g}; at most sessions / turn_gap_s = "
+                f"{self.sessions / self.turn_gap_s:g}",
+            )
+
+
 class ScenarioIn(Strict, kw_only=True):
     """A scenario file as written."""
 
@@ -144,6 +199,8 @@ class ScenarioIn(Strict, kw_only=True):
     pinned: bool = True
     routing: RoutingIn = msgspec.field(default_factory=RoutingIn)
     options: dict = msgspec.field(default_factory=dict)
+    reuse: ReuseIn | None = None
+    traffic: TrafficIn | None = None
 
 
 def _resolve(ref: str, base: Path) -> str:
@@ -251,7 +308,21 @@ def parse_scenario(raw: dict, *, base: Path = Path("."), name: str = "scenario")
         model.check_context(w.prompt + w.generate, what="prompt + generate = ")
     except InputError as exc:
         raise exc.within(file=name, field="workload.prompt") from None
-    return Scenario(
+    traffic = None
+    if s.traffic is not None:
+        t = s.traffic
+        try:
+            model.check_context(
+                t.prefix_tokens + t.new_tokens + t.generate,
+                what="prefix_tokens + new_tokens + generate = ",
+            )
+        except InputError as exc:
+            raise exc.within(file=name, field="traffic.prefix_tokens") from None
+        traffic = SessionTraffic(
+            t.sessions, t.prefix_tokens, t.new_tokens, t.generate, t.turn_gap_s, t.arrival_rate
+        )
+    reuse = None if s.reuse is None else PrefixRequest(s.reuse.cached_tokens, s.reuse.tier)
+    sc = Scenario(
         system,
         model,
         s.engine,
@@ -268,7 +339,14 @@ def parse_scenario(raw: dict, *, base: Path = Path("."), name: str = "scenario")
         w.generate,
         options,
         pinned=s.pinned if "pinned" in raw else None,
+        reuse=reuse,
+        traffic=traffic,
     )
+    try:
+        prefix_cache.check(sc, engine)
+    except InputError as exc:
+        raise exc.within(file=name) from None
+    return sc
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -280,7 +358,7 @@ def load_scenario(path: str | Path) -> Scenario:
 def predict(sc: Scenario, *, name: str = "scenario", check: bool = True) -> Prediction:
     """Return the prediction of a scenario; refuse one that does not fit when ``check``."""
     try:
-        result = run_engine(sc)
+        result = prefix_cache.apply(run_engine(sc), ENGINES[sc.engine])
     except InputError as exc:  # an engine's refusal names the scenario's file too
         raise exc.within(file=name) from None
     if check:

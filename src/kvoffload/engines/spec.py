@@ -6,7 +6,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kvoffload.model.decode import Setup
 from kvoffload.model.prediction import Prediction, Scenario
+from kvoffload.model.reuse import Reload
 from kvoffload.spec.text import Strict
 
 # Top-level scenario fields only the step model (`generic`) reads: an engine that places itself
@@ -22,6 +24,12 @@ class _Required:
 
 
 REQUIRED: Any = _Required()
+
+# what an engine without a prefix cache says to a scenario's reuse: or traffic:
+NO_PREFIX_CACHE = (
+    "use engine: vllm (kv_offloading_size), sglang (enable_hierarchical_cache), trtllm "
+    "(host_cache_size) or llamacpp (cache_ram), which keep one"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,7 +47,10 @@ class EngineSpec:
     - ``refuses``: for each of SET_BY_ENGINE, what to say when it is given beside the engine
       (empty for the step model);
     - ``routing_ignored``: the ``routing:`` fields it does not read and what to say instead
-      (``((), "")``: it reads them all).
+      (``((), "")``: it reads them all);
+    - ``prefix_cache``: its prefix cache (a ``PrefixCache``), or, for an engine without one, what
+      to use instead when a scenario gives ``reuse:`` or ``traffic:`` (by default, the engines
+      that have one).
     """
 
     name: str = REQUIRED
@@ -49,6 +60,36 @@ class EngineSpec:
     pin_option: str | None = REQUIRED
     refuses: Mapping[str, str] = REQUIRED
     routing_ignored: tuple[tuple[str, ...], str] = REQUIRED
+    prefix_cache: PrefixCache | str = NO_PREFIX_CACHE
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheRule:
+    """An engine's prefix cache for one scenario: how hits reload, and each tier's bytes.
+
+    - ``setup``: the setup its prefill runs with (the reload's bytes and the new tokens' prefill);
+    - ``reload``: blocks, copy path and how loads meet compute (model/reuse.py);
+    - ``capacities``: bytes each tier it has with these options can hold, fastest first;
+    - ``inclusive``: every tier stores each block (write-through), else each holds what the
+      tier above evicts (write-back);
+    - ``sizes``: per tier, the option that sizes it (named when it does not fit);
+    - ``missing``: what to say about a tier it has not got with these options ('' if nothing).
+    """
+
+    setup: Setup
+    reload: Reload
+    capacities: Mapping[str, float]
+    inclusive: bool
+    sizes: Mapping[str, str]
+    missing: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrefixCache:
+    """What an engine's prefix cache can be: its tiers, and its rule for one scenario."""
+
+    tiers: tuple[str, ...]  # every tier it may have, fastest first ('gpu' always first)
+    rule: Callable[[Scenario], CacheRule]
 
 
 class EngineSpecError(TypeError):

@@ -14,6 +14,29 @@ held whole on every GPU (its read is still counted at 1/N per GPU: a simplificat
 ``cpu_offload_gb`` is "the space in GiB to offload to CPU, per GPU"; ``kv_offloading_size`` is
 "the total buffer size summed across all TP ranks" (vLLM's engine arguments).
 
+The prefix cache (a scenario's ``reuse:`` and ``traffic:``, engines/prefix_cache.py): the GPU tier
+is vLLM's own prefix caching (``enable_prefix_caching`` on by default) in the KV memory left under
+``gpu_memory_utilization``; ``kv_offloading_size`` > 0 turns on the KV connector
+(vllm/config/vllm.py ``_post_init_kv_transfer_config`` at 000fc94b754f66aeb60ef5acf1ea2e94cdc65164):
+
+- ``kv_offloading_backend: native``: the OffloadingConnector with ``cpu_bytes_to_use`` =
+  ``kv_offloading_size`` GiB of pinned host memory (vllm/v1/kv_offload/cpu/spec.py and
+  worker/cpu_gpu.py at 0072b0b7443bdddf17824c78d4feae8e1fc12fb4). Hits are whole blocks of
+  ``block_size`` tokens (default the GPU block, 16); since 0.12.0 (PR #27743) one block spans every
+  layer, so a reload is one ``swap_blocks`` cudaMemcpyAsync (DMA) per block. The scheduler's
+  ``get_num_new_matched_tokens`` returns an asynchronous load: the request is scheduled only after
+  the worker reports the load done (serial, one scheduler step per hit: the constant
+  ``vllm.per_hit_ms``). Every block that fills is stored (``_get_reqs_to_store``, write-through),
+  so the tiers are inclusive. Host memory only: no disk tier.
+- ``kv_offloading_backend: lmcache``: LMCache's connector; LMCache owns its buffer
+  (lmcache/v1/config.py at 3ecd72f84ee028571d17a9694d910b5339d33874: ``chunk_size`` 256,
+  ``max_local_cpu_size`` 5.0 GB per worker, ``local_disk``/``max_local_disk_size``,
+  ``use_layerwise`` off): chunks of ``chunk_size`` tokens copied by its own kernels, retrieved
+  before the forward pass (serial; layer by layer with ``use_layerwise``), written through after
+  each prefill chunk; a disk tier with ``local_disk``.
+- ``prefix_hit_rate`` (deprecated; use ``reuse:``): the share of the prompt reloaded at the link's
+  rate, as before; refused beside ``reuse:`` or ``traffic:``.
+
 An all-reduce moves 2(N-1)/N of its bytes per GPU (ring all-reduce; NVIDIA/nccl-tests
 doc/PERFORMANCE.md at dcf818955fa6e279e03263c984e95384164c24ad, busBw = algBw x 2(n-1)/n). The
 profile has no GPU-GPU figure, so it crosses the host link (pinned rate, one latency per
@@ -23,13 +46,15 @@ collective), counted in the step's link time.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Annotated
+from typing import Annotated, Literal
 
 import numpy as np
 from msgspec import Meta
 
-from kvoffload.engines.spec import EngineSpec
-from kvoffload.model import decode, kv
+from kvoffload.engines import prefix_cache
+from kvoffload.engines.prefix_cache import BlockTokens
+from kvoffload.engines.spec import CacheRule, EngineSpec, PrefixCache
+from kvoffload.model import decode, kv, reuse
 from kvoffload.model.prediction import Prediction, Scenario, predict_setup
 from kvoffload.model.transfer import link_time, peer_time
 from kvoffload.spec.errors import InputError
@@ -60,6 +85,14 @@ class Options(Strict):
     # the share of each GPU's memory vLLM may use (vllm/config/cache.py @ c1d86421: default 0.9);
     # it leaves the rest to others, so the rest counts as taken
     gpu_memory_utilization: Annotated[float, Meta(gt=0.0, le=1.0)] = 0.9
+    # the KV connector kv_offloading_size turns on: vLLM's own, or LMCache
+    kv_offloading_backend: Literal["native", "lmcache"] = "native"
+    block_size: BlockTokens = 16  # tokens per offloaded block (native; the GPU block)
+    chunk_size: BlockTokens = 256  # LMCache's tokens per chunk
+    max_local_cpu_size: HostGib = 5.0  # LMCache's host buffer, GB per worker (one per GPU)
+    local_disk: bool = False  # LMCache keeps chunks on the profile's disk too
+    max_local_disk_size: HostGib = 0.0  # GB of it
+    use_layerwise: bool = False  # LMCache loads layer by layer under the compute
 
 
 def kv_heads_per_gpu(model: Model, tp: int) -> int:
@@ -92,12 +125,9 @@ def _gather_s(system: System, nbytes: float, tp: int) -> float:
     return float(peer_time(system, nbytes, share=(tp - 1) / tp))
 
 
-def predict(sc: Scenario) -> Prediction:
-    """Return vLLM's prediction: weights streamed over the link (UVA) in every step, prefix reuse;
-    with several GPUs, one tensor-parallel group."""
-    o = sc.options
-    system, model = sc.system, sc.model
-    tp = system.gpu.count
+def _setup(sc: Scenario) -> tuple[decode.Setup, float, int]:
+    """Return the setup vLLM runs (weights streamed by UVA), the offloaded share, KV heads per GPU."""
+    o, model, tp = sc.options, sc.model, sc.system.gpu.count
     heads = kv_heads_per_gpu(model, tp)
     weights = decode.step_weight_bytes(model, sc.setup.weights)
     off = min(o.cpu_offload_gb * GiB / (weights / tp), 1.0)  # of each GPU's 1/tp of the weights
@@ -110,7 +140,72 @@ def predict(sc: Scenario) -> Prediction:
     )
     # the cache as all GPUs hold it: tp x the heads each one keeps (GQA heads may be replicated)
     stored = None if model.mla or heads * tp == model.n_kv_heads else heads * tp
-    setup = replace(sc.setup, placement=placement, kv_heads_stored=stored)
+    return replace(sc.setup, placement=placement, kv_heads_stored=stored), off, heads
+
+
+def _host_cache_bytes(o: Options, tp: int) -> tuple[float, float]:
+    """Return the connector's (host, disk) bytes: vLLM's buffer, or LMCache's per worker."""
+    if not o.kv_offloading_size:
+        return 0.0, 0.0
+    if o.kv_offloading_backend == "native":
+        return o.kv_offloading_size * GiB, 0.0
+    disk = o.max_local_disk_size * GiB * tp if o.local_disk else 0.0
+    return o.max_local_cpu_size * GiB * tp, disk
+
+
+def cache_rule(sc: Scenario) -> CacheRule:
+    """Return vLLM's prefix cache: its own on the GPU, then the KV connector's tiers."""
+    o = sc.options
+    if o.prefix_hit_rate:
+        raise InputError(
+            "prefix_hit_rate is deprecated and may not be given beside reuse: or traffic:; "
+            "say the cached tokens with reuse.cached_tokens",
+            field="options.prefix_hit_rate",
+        )
+    setup, _, _ = _setup(sc)
+    host, disk = _host_cache_bytes(o, sc.system.gpu.count)
+    caps = {"gpu": prefix_cache.free_gpu_bytes(sc, setup, o.gpu_memory_utilization)}
+    if o.kv_offloading_size:
+        caps["cpu"] = host
+    if o.kv_offloading_backend == "lmcache" and o.local_disk:
+        caps["disk"] = disk
+    lmcache = o.kv_offloading_backend == "lmcache"
+    per_hit = float(prefix_cache.constants_of("vllm")["per_hit_ms"]["value"]) * 1e-3
+    rule = (
+        reuse.Reload(
+            o.chunk_size,
+            prefix_cache.kernel_copy(),
+            "layerwise" if o.use_layerwise else "serial",
+            item_spans_layers=not o.use_layerwise,
+        )
+        if lmcache
+        else reuse.Reload(o.block_size, prefix_cache.dma_copy(), "serial", per_hit)
+    )
+    size = "options.max_local_cpu_size" if lmcache else "options.kv_offloading_size"
+    return CacheRule(
+        setup=setup,
+        reload=rule,
+        capacities=caps,
+        inclusive=True,
+        sizes={"cpu": size, "disk": "options.max_local_disk_size"},
+        missing=(
+            "options.kv_offloading_size turns on the KV connector (host memory)"
+            if not o.kv_offloading_size
+            else "LMCache adds one with kv_offloading_backend: lmcache and local_disk: true"
+            if not lmcache
+            else "LMCache adds one with local_disk: true"
+        ),
+    )
+
+
+def predict(sc: Scenario) -> Prediction:
+    """Return vLLM's prediction: weights streamed over the link (UVA) in every step, prefix reuse;
+    with several GPUs, one tensor-parallel group."""
+    o = sc.options
+    system, model = sc.system, sc.model
+    tp = system.gpu.count
+    setup, off, heads = _setup(sc)
+    placement = setup.placement
     pred = predict_setup(sc, setup)
     if tp > 1:
         pred = _tensor_parallel(sc, setup, pred, tp)
@@ -122,10 +217,11 @@ def predict(sc: Scenario) -> Prediction:
     # each GPU reloads its own part of the hit over its own link
     reload = hit * prompt_kv / tp / system.copy_rate("h2d", pinned=placement.pinned)
     ttft = (1 - hit) * pred.ttft_s + reload
+    host, disk = _host_cache_bytes(o, tp)
     mem = decode.Memory(
         gpu=pred.memory.gpu + (1 - o.gpu_memory_utilization) * sc.system.gpu_memory,
-        cpu=pred.memory.cpu + o.kv_offloading_size * GiB,
-        disk=pred.memory.disk,
+        cpu=pred.memory.cpu + host,
+        disk=pred.memory.disk + disk,
         staging=pred.memory.staging,
     )
     return replace(
@@ -204,4 +300,5 @@ ENGINE = EngineSpec(
         "overlap option; use engine: generic to compare overlap modes",
     },
     routing_ignored=((), ""),
+    prefix_cache=PrefixCache(tiers=("gpu", "cpu", "disk"), rule=cache_rule),
 )

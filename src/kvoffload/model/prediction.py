@@ -21,6 +21,26 @@ from kvoffload.spec.units import format_bytes
 
 
 @dataclass(frozen=True)
+class PrefixRequest:
+    """The scenario's ``reuse:``: how many prompt tokens are cached, and in which tier."""
+
+    cached_tokens: int
+    tier: str  # 'gpu', 'cpu' or 'disk'
+
+
+@dataclass(frozen=True)
+class SessionTraffic:
+    """The scenario's ``traffic:``: sessions whose turns share an LRU prefix cache."""
+
+    sessions: int
+    prefix_tokens: int  # context a turn starts with (cached from the session's last turn)
+    new_tokens: int  # tokens a turn adds to its prompt
+    generate: int  # tokens a turn generates
+    turn_gap_s: float  # the shortest gap between two turns of one session
+    arrival_rate: float  # requests per second over all sessions
+
+
+@dataclass(frozen=True)
 class Scenario:
     """A validated scenario: the specs and the workload."""
 
@@ -33,6 +53,8 @@ class Scenario:
     generate: int
     options: Any = None  # the engine's validated options (None for generic)
     pinned: bool | None = None  # the scenario's `pinned:` where it says; None: the engine's default
+    reuse: PrefixRequest | None = None  # the scenario's `reuse:`, where given
+    traffic: SessionTraffic | None = None  # the scenario's `traffic:`, where given
 
     def pinned_or(self, engine_default: bool) -> bool:
         """Return whether host buffers are page-locked: the scenario's word, else the engine's."""
@@ -71,6 +93,53 @@ class Resolved:
         }
 
 
+_TIERS = ("gpu", "cpu", "disk")
+
+
+@dataclass(frozen=True)
+class PrefixReuse:
+    """A prefix-cache hit (s, B, tokens) and, with traffic, the mix of hits per tier."""
+
+    hit_tokens: int
+    load_s: float
+    load_bytes: float
+    prefill_new_s: float
+    store_bytes: float
+    tier: str | None  # None: traffic only, no single request given
+    hit_rate_by_tier: Mapping[str, float] | None = None
+    ttft_mean_s: float | None = None
+    ttft_p90_s: float | None = None
+    prefill_tokens_per_s: float | None = None
+    survival_s_by_tier: Mapping[str, float | None] | None = None
+    host_bytes_for_90pct: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the reuse block documented in the README (every key, null where not given)."""
+        ms = lambda s: None if s is None else s * 1e3  # noqa: E731
+        return {
+            "hit_tokens": self.hit_tokens,
+            "load_ms": self.load_s * 1e3,
+            "load_bytes": int(self.load_bytes),
+            "load_bandwidth": self.load_bytes / self.load_s if self.load_s > 0 else 0.0,
+            "prefill_new_ms": self.prefill_new_s * 1e3,
+            "store_bytes": int(self.store_bytes),
+            "tier": self.tier,
+            "hit_rate_by_tier": None
+            if self.hit_rate_by_tier is None
+            else {t: float(self.hit_rate_by_tier.get(t, 0.0)) for t in _TIERS},
+            "ttft_mean_ms": ms(self.ttft_mean_s),
+            "ttft_p90_ms": ms(self.ttft_p90_s),
+            "prefill_tokens_per_s": self.prefill_tokens_per_s,
+            # the engine's tiers only; null: nothing is ever evicted (every session fits)
+            "survival_s_by_tier": None
+            if self.survival_s_by_tier is None
+            else dict(self.survival_s_by_tier),
+            "host_bytes_for_90pct": None
+            if self.host_bytes_for_90pct is None
+            else float(self.host_bytes_for_90pct),
+        }
+
+
 @dataclass(frozen=True)
 class Prediction:
     """What one scenario costs."""
@@ -84,6 +153,8 @@ class Prediction:
     resolved: Resolved
     settings: dict[str, Any] = field(default_factory=dict)  # the engine's own resolved settings
     policy: str = ""  # one line saying what the engine chose, for people
+    reuse: PrefixReuse | None = None  # the prefix-cache hit, where the scenario gives one
+    ttft_recompute_s: float | None = None  # TTFT with nothing cached (None: ttft_s)
 
     @property
     def bottleneck(self) -> str:
@@ -105,6 +176,10 @@ class Prediction:
             "overlap": self.resolved.overlap,
             "tpot_ms": self.tpot_s * 1e3,
             "ttft_ms": self.ttft_s * 1e3,
+            "ttft_recompute_ms": (
+                self.ttft_s if self.ttft_recompute_s is None else self.ttft_recompute_s
+            )
+            * 1e3,
             "decode_tokens_per_s": decode_rate,
             "throughput_tokens_per_s": sc.batch * sc.generate / total_time,
             "bottleneck": self.bottleneck,
@@ -133,6 +208,7 @@ class Prediction:
             "policy": self.policy or None,
             "placement": self.resolved.to_json(),
             "engine_settings": self.settings,
+            "reuse": None if self.reuse is None else self.reuse.to_json(),
         }
 
 

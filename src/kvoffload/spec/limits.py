@@ -43,6 +43,11 @@ MAX_CONTEXT_TOKENS = 1 << 25  # 33,554,432: 3x the longest published context (Ll
 MAX_BATCH = 1 << 13  # 8,192 requests: 8x the 1,024 sequences vLLM schedules at most by default
 MAX_GENERATE_TOKENS = MAX_CONTEXT_TOKENS  # tokens generated count towards the context
 
+# -- prefix-cache traffic -------------------------------------------------------------------
+MAX_SESSIONS = 1 << 24  # 16.8M sessions sharing one cache: 100x a large chatbot fleet's replica
+MAX_TURN_GAP_S = 366 * 86_400  # a year between two turns of one conversation
+MAX_ARRIVAL_RATE = 1e6  # requests a second on one machine: 1,000x what one H100 prefills
+
 _INT64_MAX = (1 << 63) - 1
 assert (  # the bounds above keep a batch's cache inside int64
     MAX_BATCH * (MAX_CONTEXT_TOKENS * MAX_KV_BYTES_PER_TOKEN + MAX_STATE_BYTES_PER_REQUEST)
