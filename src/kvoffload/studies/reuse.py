@@ -233,9 +233,11 @@ def hit_rates(c: Cache, t: Traffic, host_bytes: np.ndarray) -> np.ndarray:
 
 
 def hit_rate_frame(c: Cache, t: Traffic, points: int = 61) -> pd.DataFrame:
-    """Return hit rate against host cache size, from 1% to 150% of what every session keeps."""
+    """Return hit rate against host cache size, from 1% of what every session keeps to 150% of
+    it or of the machine's host memory, whichever is larger."""
     tr = lru_traffic(c, t)
-    caps = np.geomspace(0.01, 1.5, points) * tr.sessions * tr.size
+    whole = tr.sessions * tr.size
+    caps = np.geomspace(0.01 * whole, 1.5 * max(whole, c.system.host_memory), points)
     return pd.DataFrame({"host cache": caps, "hit rate": hit_rates(c, t, caps)})
 
 
@@ -247,6 +249,27 @@ class HostAnswer:
     bytes_for_90: float
     session_bytes: float
     survival_s: float  # how long a session stays cached after a turn (inf: all fit)
+
+    def sentence(self, t: Traffic, host_memory: float) -> str:
+        """Return what the machine's host memory does for the traffic, in one sentence."""
+        whole = format_bytes(host_memory)
+        if self.hit_rate >= 1.0:
+            return (
+                f"All {t.sessions:,} sessions' caches fit the {whole} of host memory together, so "
+                "every turn after a session's first finds its prefix there."
+            )
+        stays = format_number(self.survival_s)
+        if self.hit_rate <= 0.0:
+            return (
+                f"With the whole {whole} of host memory as the cache, no turn hits: the other "
+                f"sessions push a session's blocks out {stays} s after its turn, sooner than the "
+                f"{format_number(t.turn_gap_s)} s before its next one comes (LRU's cliff)."
+            )
+        return (
+            f"With the whole {whole} of host memory as the cache, "
+            f"{format_number(100 * self.hit_rate)}% of the turns hit: a session's blocks stay "
+            f"{stays} s after its turn, longer than some of its gaps and shorter than others."
+        )
 
 
 def host_answer(c: Cache, t: Traffic) -> HostAnswer:
@@ -317,6 +340,20 @@ class Headline:
     def speedup(self) -> float:
         """Return recompute over the hit's TTFT."""
         return self.recompute_ms / self.ttft_ms
+
+    def sentence(self) -> str:
+        """Return the hit against recompute in one sentence (or why there is none)."""
+        n = format_number(self.prompt)
+        if not self.fits:
+            return (
+                f"On this machine the model's weights and a {n}-token prompt's cache do not fit "
+                "the GPU, so there is no decode from GPU memory for a prefix cache to serve."
+            )
+        return (
+            f"A {n}-token prompt whose first {format_number(self.cached)} tokens sit in host "
+            f"memory starts in {format_number(self.ttft_ms)} ms; recomputing it takes "
+            f"{format_number(self.recompute_ms)} ms, {format_number(self.speedup)} times as long."
+        )
 
 
 def headline(c: Cache, prompt: int = 32_000, new_tokens: int = 200) -> Headline:
