@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 from kvoffload.spec.text import markdown_text
 from kvoffload.studies.chapter_answers import Answer
+from kvoffload.studies.reuse import Headline
 from kvoffload.studies.verdict import MACHINE_CONTEXTS, MachineRow, Verdict, describe
 
 
@@ -183,9 +184,10 @@ def machines_table(rows: Sequence[MachineRow], link: Callable[[MachineRow], str]
     return "\n".join(lines)
 
 
-def answer(ref: Verdict, fast: Verdict) -> str:
-    """Return the book's answer in three sentences (Markdown): the article's machine, then the
-    catalog machine whose link makes the offloaded step fastest."""
+def answer(ref: Verdict, fast: Verdict, hit: Headline | None = None) -> str:
+    """Return the book's answer (Markdown): per-step streaming on the article's machine, then the
+    catalog machine whose link makes the offloaded step fastest; with ``hit``, the other half,
+    offload for reuse: a prefix reloaded once from host memory against recomputing it."""
     model, n = md_escape(ref.model_name), tokens(ref.workload.context)
     first = (
         f"On the article's machine, {model} decodes a "
@@ -219,4 +221,15 @@ def answer(ref: Verdict, fast: Verdict) -> str:
         f"{ms(fast.offloaded_ms)} ms per token with the cache offloaded{within}, "
         f"{times(fast.ratio)} times its all-GPU step."
     )
-    return f"{first} {second} {third}"
+    streaming = f"{first} {second} {third}"
+    if hit is None or not hit.fits:
+        return streaming
+    reuse = (
+        "Offload for reuse is the other half, and it pays: a prefix cache (vLLM's KV offloading "
+        "connector, LMCache, SGLang's HiCache) copies the blocks back once, when a later request "
+        f"starts with the same tokens. On the article's machine a {tokens(hit.prompt)}-token "
+        f"prompt whose first {tokens(hit.cached)} tokens sit in host memory starts in "
+        f"{ms(hit.ttft_ms)} ms instead of the {ms(hit.recompute_ms)} ms it takes to recompute, "
+        f"{times(hit.speedup)} times sooner, and then decodes from GPU memory."
+    )
+    return f"{streaming}\n\n{reuse}"
