@@ -7,7 +7,8 @@ import pandas as pd
 
 from kvoffload.report.charting import PALETTE, limit_line, note_coinciding, wrapped_labels
 from kvoffload.spec.units import format_number
-from kvoffload.studies.moe_offload import NCMOE, NGL, FitOptions
+from kvoffload.studies.fit_marks import FITS, marked, shortfall_text
+from kvoffload.studies.moe_offload import KV, NCMOE, NGL, FitOptions
 
 SETTING_LABELS = {
     NCMOE: "--n-cpu-moe N: experts of layers 0..N-1 on the CPU",
@@ -21,7 +22,7 @@ def _number(value: float) -> str:
 
 
 # formats for styling.show: the fit table's empty rows show a dash, not 'nan'
-FIT_FORMATS = {"GPU memory (GB)": _number, "host memory (GB)": _number, "tokens/s": _number}
+FIT_FORMATS = {"GPU memory (GB)": _number, "host memory (GB)": _number}
 ROUTED_FORMATS = {
     "experts touched per layer": "{:.3g}",
     "share of the experts": "{:.1%}",
@@ -33,19 +34,33 @@ ROUTED_FORMATS = {
 
 
 def fit_table(fits: FitOptions) -> pd.DataFrame:
-    """Return the ways to run the model as a page table: options, memory in GB, tokens/s, fits."""
+    """Return the ways to run the model as a page table: options, formats, memory in GB, tokens/s.
+
+    "fits the GPU" says what a way that does not fit needs of the GPU's memory, and the tokens/s
+    of a way that does not fit GPU and host memory both carry ``fit_marks.UNFIT_MARK``.
+    """
     rows = fits.rows
     yes_no = {True: "yes", False: "no"}
+    some = rows["option"] != ""
+    gpu_fit = [
+        FITS if ok else (shortfall_text("GPU memory", b, fits.gpu_capacity_bytes) if w else "no")
+        for ok, b, w in zip(rows["fits_gpu"], rows["gpu_bytes"], some, strict=True)
+    ]
+    rate = [
+        v if pd.isna(v) else marked(_number(v), bool(g and h))
+        for v, g, h in zip(rows["tokens_per_s"], rows["fits_gpu"], rows["host_holds"], strict=True)
+    ]
     return pd.DataFrame(
         {
             "way": rows["way"],
-            "llama.cpp options": rows["option"].where(rows["option"] != "", "(none fits)"),
+            "llama.cpp options": rows["option"].where(some, "(none fits)"),
             "weights": rows["weights"].str.upper(),
+            "KV cache": [KV.upper() if w else "" for w in some],
             "GPU memory (GB)": rows["gpu_bytes"] / 1e9,
             "host memory (GB)": rows["cpu_bytes"] / 1e9,
-            "tokens/s": rows["tokens_per_s"],
-            "fits the GPU": rows["fits_gpu"].map(yes_no),
-            "host memory holds it": rows["host_holds"].map(yes_no).where(rows["option"] != "", ""),
+            "tokens/s": rate,
+            "fits the GPU": gpu_fit,
+            "host memory holds it": rows["host_holds"].map(yes_no).where(some, ""),
             "note": rows["note"],
         }
     )

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 from kvoffload.spec.text import markdown_text
 from kvoffload.studies.chapter_answers import Answer
+from kvoffload.studies.fit_marks import FITS, marked
 from kvoffload.studies.reuse import Headline
 from kvoffload.studies.verdict import MACHINE_CONTEXTS, MachineRow, Verdict, describe
 
@@ -153,14 +154,26 @@ def md_escape(text: str) -> str:
 
 def _fits(r: MachineRow) -> str:
     if not r.weights_fit:
-        return "no: the weights overflow it"
-    if not r.longest_on_gpu:
-        return "the weights, no cache"
-    return f"yes, cache to {tokens(r.longest_on_gpu)} tokens"
+        text = "no: the weights overflow it"
+    elif not r.longest_on_gpu:
+        text = "the weights, no cache"
+    else:
+        text = f"yes, cache to {tokens(r.longest_on_gpu)} tokens"
+    unfit = [
+        (c, cell) for c, cell in zip(MACHINE_CONTEXTS, r.gpu_fit_cells, strict=True) if cell != FITS
+    ]
+    if unfit:  # the first context whose all-GPU step the table marks, and what it needs
+        c, cell = unfit[0]
+        text += f"; at {c // 1000}K the all-GPU step {cell}"
+    return text
 
 
 def machines_table(rows: Sequence[MachineRow], link: Callable[[MachineRow], str]) -> str:
-    """Return the cross-machine table as Markdown; ``link`` gives each row's (Markdown) link cell."""
+    """Return the cross-machine table as Markdown; ``link`` gives each row's (Markdown) link cell.
+
+    A time whose setup does not fit the machine carries ``fit_marks.UNFIT_MARK``, and the fits
+    column says what the first such all-GPU step needs of the GPU's memory.
+    """
     head = [
         "machine",
         "link (GB/s)",
@@ -173,10 +186,17 @@ def machines_table(rows: Sequence[MachineRow], link: Callable[[MachineRow], str]
         "|" + "|".join(["---", *["--:"] * (len(head) - 2), "---"]) + "|",
     ]
     for r in rows:
+        on_gpu = [
+            marked(ms(g), cell == FITS)
+            for g, cell in zip(r.on_gpu_ms, r.gpu_fit_cells, strict=True)
+        ]
+        offloaded = [
+            marked(ms(o), ok) for o, ok in zip(r.offloaded_ms, r.offloaded_fits, strict=True)
+        ]
         cells = [
             link(r),
             f"{r.link_gbs:,.1f}",
-            *[f"{ms(g)} / {ms(o)}" for g, o in zip(r.on_gpu_ms, r.offloaded_ms, strict=True)],
+            *[f"{g} / {o}" for g, o in zip(on_gpu, offloaded, strict=True)],
             tokens(r.longest_offloaded) if r.longest_offloaded else "none",
             _fits(r),
         ]

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from kvoffload.engines import infllm
+from kvoffload.engines.each import infllm
 from kvoffload.engines.scenario import check_fits, parse_scenario, predict
 from kvoffload.model import decode, kv
 from kvoffload.model.prediction import Scenario
@@ -17,7 +17,9 @@ from kvoffload.spec.errors import InputError
 from kvoffload.spec.models import Model, load_model
 from kvoffload.spec.precision import WeightFormat
 from kvoffload.spec.units import format_number
+from kvoffload.studies import fit_marks
 
+KV = "bf16"  # every setup's cache format
 # label -> (engine, options, placement, weights); options "half": offload half the weights (vLLM)
 ENGINE_SETUPS: dict[str, tuple[str, dict[str, Any] | str, dict | None, str]] = {
     "generic, all KV in host memory": ("generic", {}, {"kv": {"cpu": 1.0}}, "bf16"),
@@ -43,7 +45,7 @@ def _scenario(
         "hardware": hardware,
         "model": model,
         "engine": engine,
-        "precision": {"weights": weights, "kv": "bf16"},
+        "precision": {"weights": weights, "kv": KV},
         "workload": {"batch": batch, "prompt": prompt, "generate": generate},
         "options": options,
     }
@@ -57,25 +59,26 @@ def engine_predictions(
 ) -> pd.DataFrame:
     """Return each engine's prediction for one workload on one machine (fitting or not).
 
-    Times in ms or s as the column names say, memory in bytes, each step's busy time by resource.
+    Times in ms or s as the column names say, memory in bytes, each step's busy time by resource;
+    ``weights`` and ``kv`` name each setup's formats, ``fits`` says whether it fits and
+    ``fits_text`` how (``fit_marks.fits_cell``: "yes" or what it needs of what the machine has).
     """
     rows = []
     for label in ENGINE_SETUPS:
         sc = _scenario(label, hardware, model, prompt, generate, batch)
+        formats = {"weights": ENGINE_SETUPS[label][3], "kv": KV}
         try:
             pred = predict(sc, check=False)
         except InputError as exc:  # e.g. a policy search with nothing that fits
-            rows.append({"engine": label, "fits": False, "note": exc.problem})
+            rows.append({"engine": label, **formats, "fits": False,
+                         "fits_text": "does not fit (see the note)", "note": exc.problem})  # fmt: skip
             continue
         out = pred.to_json()
-        try:
-            check_fits(sc, pred.memory)
-            fits, note = True, ""
-        except InputError as exc:
-            fits, note = False, exc.problem
+        fits_text = fit_marks.memory_fits_cell(sc.system, pred.memory)
         rows.append(
             {
                 "engine": label,
+                **formats,
                 "TPOT (ms)": out["tpot_ms"],
                 "TTFT (s)": out["ttft_ms"] / 1e3,
                 "decode tokens/s": out["decode_tokens_per_s"],
@@ -85,8 +88,9 @@ def engine_predictions(
                 "link (ms/step)": out["step"]["transfer_ms"],
                 "CPU (ms/step)": out["step"]["cpu_ms"],
                 "disk (ms/step)": out["step"]["disk_ms"],
-                "fits": fits,
-                "note": note or (out.get("policy") or ""),
+                "fits": fits_text == fit_marks.FITS,
+                "fits_text": fits_text,
+                "note": out.get("policy") or "",
             }
         )
     return pd.DataFrame(rows)

@@ -21,7 +21,7 @@ from kvoffload.spec.hardware import System, load_system
 from kvoffload.spec.models import Model, load_model
 from kvoffload.spec.precision import kv_format, weight_format
 from kvoffload.spec.units import format_bytes
-from kvoffload.studies import decode_budget, decode_step, engines_compared, memory_fit
+from kvoffload.studies import decode_budget, decode_step, engines_compared, fit_marks, memory_fit
 
 BUDGET_MS = 50.0  # the article's interactive TPOT budget (ms per token)
 MACHINE_CONTEXTS = (8_000, 32_000, 128_000)  # the Machines page's columns, the article's rows
@@ -86,6 +86,7 @@ class Verdict:
     cache_bytes: float  # the batch's cache at the workload's context
     gpu_memory: float  # the machine's GPU memory
     link_gbs: float  # achievable host->GPU copy rate (GB/s): pinned link, capped by host memory
+    gpu_bytes: float = float("nan")  # GPU memory the all-GPU setup needs at the last step
 
     @property
     def ratio(self) -> float:
@@ -179,6 +180,7 @@ def verdict(
         budget_ms=float(budget_ms),
         gpu_ms=float(decode.tpot(on_gpu, n, g, b)) * 1e3,
         gpu_fits=bool(np.all(memory_fit.fits(on_gpu, last, b))),
+        gpu_bytes=float(decode.memory(on_gpu, last, b).gpu),
         offloaded_ms=float(decode.tpot(placed.setup, n, g, b)) * 1e3,
         offloaded_fits=placed.fits,
         weights_gpu_share=placed.gpu_share,
@@ -202,9 +204,18 @@ class MachineRow:
     on_gpu_ms: tuple[float, ...]  # per context of ``MACHINE_CONTEXTS``
     offloaded_ms: tuple[float, ...]
     fits_on_gpu: tuple[bool, ...]  # weights and cache on the GPU, per context
+    gpu_fit_cells: tuple[str, ...]  # per context: "yes" or what the all-GPU setup needs of the GPU
+    offloaded_fits: tuple[bool, ...]  # the offloaded placement fits the machine, per context
     longest_offloaded: int  # within the budget, cache offloaded, one request (as on the index page)
     weights_fit: bool  # the weights alone fit the GPU
     longest_on_gpu: int  # longest context whose weights and cache fit GPU memory (0: none)
+
+
+def _gpu_fit_cell(v: Verdict) -> str:
+    """Return whether the all-GPU setup fits, as a fits column says it (``fit_marks``)."""
+    if v.gpu_fits:
+        return fit_marks.FITS
+    return fit_marks.shortfall_text("GPU memory", v.gpu_bytes, v.gpu_memory)
 
 
 def machine_row(
@@ -229,6 +240,8 @@ def machine_row(
         on_gpu_ms=tuple(v.gpu_ms for v in verdicts),
         offloaded_ms=tuple(v.offloaded_ms for v in verdicts),
         fits_on_gpu=tuple(v.gpu_fits for v in verdicts),
+        gpu_fit_cells=tuple(_gpu_fit_cell(v) for v in verdicts),
+        offloaded_fits=tuple(v.offloaded_fits for v in verdicts),
         longest_offloaded=head.longest_offloaded,
         weights_fit=head.weights_fit,
         longest_on_gpu=head.longest_on_gpu,
