@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from kvoffload.engines.scenario import parse_scenario, predict
 from kvoffload.spec import catalog
 from kvoffload.spec.hardware import load_system
 from kvoffload.spec.inputs import load_yaml
@@ -16,6 +17,8 @@ from kvoffload.studies import validation
 DATA = load_yaml(catalog.catalog_dir() / "validation.yaml")
 ROWS = DATA["rows"]
 TABLES = DATA["tables"]
+# What a row may measure: keys of `predict --json` (TTFT with a prefix hit, and without one).
+METRICS = {"throughput_tokens_per_s", "decode_tokens_per_s", "ttft_ms", "ttft_recompute_ms"}
 
 
 def test_every_flexgen_t4_row_is_there():
@@ -31,11 +34,30 @@ def test_row_refers_to_known_things(row):
     assert row["source"] in catalog.sources()
     assert row["measured"] > 0
     assert row["table"] in TABLES
-    assert row["metric"] in {"throughput_tokens_per_s", "decode_tokens_per_s"}
+    assert row["metric"] in METRICS
+    if "reuse" in row:  # the README's reuse: as written, on an engine with a prefix cache
+        assert set(row["reuse"]) == {"cached_tokens", "tier"}, row["id"]
+        assert 0 < row["reuse"]["cached_tokens"] <= row["prompt"], row["id"]
     opts = row["options"]
     if row["engine"] == "flexgen":
         assert opts["gpu_batch_size"] * opts["num_gpu_batches"] == row["batch"]
         assert len(opts["percent"]) == 6 and all(0 <= p <= 100 for p in opts["percent"])
+
+
+def test_a_row_with_reuse_predicts_the_hit_and_its_recompute():
+    row = {
+        "id": "reuse-probe", "table": "probe", "engine": "vllm", "system": "h100-sxm-pcie5",
+        "model": "llama-3.1-8b", "precision": "bf16", "batch": 1, "prompt": 4096, "generate": 1,
+        "options": {"kv_offloading_size": 100, "kv_offloading_backend": "native"},
+        "reuse": {"cached_tokens": 4096, "tier": "cpu"},
+    }  # fmt: skip
+    sc = validation.scenario_of(row)
+    assert sc["reuse"] == row["reuse"] and sc["options"] == row["options"]
+    without = {k: v for k, v in row.items() if k != "reuse"}
+    assert "reuse" not in validation.scenario_of(without)
+    out = predict(parse_scenario(sc, name="probe"), name="probe", check=False).to_json()
+    assert 0 < out["ttft_ms"] < out["ttft_recompute_ms"]
+    assert out["reuse"]["tier"] == "cpu" and out["reuse"]["hit_tokens"] > 0
 
 
 # -- published versions ----------------------------------------------------------------------------

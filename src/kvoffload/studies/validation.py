@@ -57,8 +57,9 @@ def scenario_of(row: dict, hardware: dict[str, Any] | None = None) -> dict:
     """Return the scenario mapping that reproduces a measured configuration.
 
     ``hardware`` may replace a testbed's catalog id by another profile (an id or a mapping).
+    A row's ``reuse`` (the README's ``reuse:``, a prefix already cached) is passed on as written.
     """
-    return {
+    scenario = {
         "hardware": (hardware or {}).get(row["system"], row["system"]),
         "model": row["model"],
         "engine": row["engine"],
@@ -66,6 +67,9 @@ def scenario_of(row: dict, hardware: dict[str, Any] | None = None) -> dict:
         "workload": {"batch": row["batch"], "prompt": row["prompt"], "generate": row["generate"]},
         "options": row["options"],
     }
+    if "reuse" in row:
+        scenario["reuse"] = row["reuse"]
+    return scenario
 
 
 @dataclass(frozen=True)
