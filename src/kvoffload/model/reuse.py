@@ -160,14 +160,23 @@ def ttft_with_prefix(
     )
 
 
+BREAK_EVEN_LIMIT = 1 << 22  # the longest prompt break_even_prompt tries (tokens)
+BREAK_EVEN_POINTS = 400  # the prompts of its first, log-spaced pass
+
+
+def break_even_grid(rule: Reload, limit: int = BREAK_EVEN_LIMIT) -> np.ndarray:
+    """Return the prompts break_even_prompt tries first: log-spaced, two blocks to ``limit``."""
+    return np.unique(np.geomspace(rule.block_tokens * 2, limit, BREAK_EVEN_POINTS).astype(np.int64))
+
+
 def break_even_prompt(
-    setup: Setup, tier: str, rule: Reload, batch: int = 1, *, limit: int = 1 << 22
+    setup: Setup, tier: str, rule: Reload, batch: int = 1, *, limit: int = BREAK_EVEN_LIMIT
 ) -> int:
     """Return the shortest prompt (tokens) whose reload from ``tier`` beats recomputing it whole.
 
     The prompt is taken as cached but for its last block; 0 when no prompt up to ``limit`` gains.
     """
-    p = np.unique(np.geomspace(rule.block_tokens * 2, limit, 400).astype(np.int64))
+    p = break_even_grid(rule, limit)
     r = ttft_with_prefix(setup, p, p, tier, rule, batch)
     gains = np.nonzero(r.ttft < r.recompute)[0]
     if not gains.size:
