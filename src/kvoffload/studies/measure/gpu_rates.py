@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kvoffload.spec.hardware import Gpu, Link
-from kvoffload.spec.units import format_bytes
+from kvoffload.spec.units import format_bytes, format_seconds
 from kvoffload.studies.measure.plan import (
     Plan,
     Report,
@@ -76,7 +76,7 @@ def gpu(plan: Plan, report: Report, progress: Callable[[str], None]) -> None:
         f"torch pageable copy_ of {format_bytes(big, binary=True)}",
     )
     report.figures[figure_key(Link, "latency")] = measured_figure(
-        f"{latency * 1e6:.4g} us", "smallest pinned copy minus its share of the large-copy rate"
+        format_seconds(latency), "smallest pinned copy minus its share of the large-copy rate"
     )
     progress("GPU: device memory bandwidth")
     x = torch.empty(big // 2, dtype=torch.uint8, device=dev)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from kvoffload.spec.hardware import Storage
-from kvoffload.spec.units import format_bytes
+from kvoffload.spec.units import format_bytes, format_seconds
 from kvoffload.studies.measure.plan import MiB, Plan, Report, figure_key, gbps, measured_figure
 
 SCRATCH_PREFIX = ".kvoffload-measure-"  # the storage test's scratch file, removed on every exit
@@ -179,7 +179,7 @@ def storage(plan: Plan, report: Report, progress: Callable[[str], None], directo
     small = min(plan.request_sizes)
     latency = max(small / (qd1["gb_s"] * 1e9) - small / seq, 1e-7)
     report.figures[figure_key(Storage, "read_latency")] = measured_figure(
-        f"{latency * 1e6:.4g} us",
+        format_seconds(latency),
         f"{format_bytes(small, binary=True)} random reads at queue depth 1, {how}",
     )
     iops = max(r["gb_s"] * 1e9 / small for r in rows if r["request_bytes"] == small)
