@@ -22,6 +22,7 @@ CONFORMANCE = {
     "llama-3.1-8b": 2 * 32 * 8 * 128 * 2,
     "llama-3.1-70b": 2 * 80 * 8 * 128 * 2,
     "llama-3.1-405b": 2 * 126 * 8 * 128 * 2,
+    "llama-3.2-1b": 2 * 16 * 8 * 64 * 2,  # 32 KiB: the vLLM blog's 0.5 MB per 16-token block
     "llama-2-7b": 2 * 32 * 32 * 128 * 2,
     "llama-2-70b": 2 * 80 * 8 * 128 * 2,
     "llama-7b": 2 * 32 * 32 * 128 * 2,

@@ -19,6 +19,7 @@ EXPECTED_IDS = set(
     [
         "llama-3-8b",
         "llama-3.1-8b",
+        "llama-3.2-1b",
         "llama-3.1-70b",
         "llama-3.1-405b",
         "llama-2-7b",
