@@ -113,10 +113,13 @@ def _cap_rows(model: Model, fmt: KvFormat) -> tuple[tuple[tuple[int, int], ...],
 def request_bytes(model: Model, seq: ArrayLike, fmt: KvFormat = KvFormat.BF16) -> np.ndarray:
     """Return the cache bytes of one request at context ``seq`` (vectorised over seq)."""
     s = np.asarray(seq, dtype=np.int64)
-    if s.ndim:
-        return layer_bytes(model, s, fmt).sum(axis=-1)
-    # one context: the same integer sum over the layers, grouped by window, without arrays
+    # the integer sum over the layers, grouped by window cap (exact: integers add in any order)
     rows, state = _cap_rows(model, fmt)
+    if s.ndim:
+        total = np.full(s.shape, state, dtype=np.int64)
+        for cap, nbytes in rows:
+            total += np.minimum(s, cap) * nbytes
+        return total
     at = int(s)
     return np.int64(sum(min(at, cap) * nbytes for cap, nbytes in rows) + state)
 
