@@ -82,4 +82,4 @@ def test_the_answer_is_the_headline(h100):
     head = reuse.headline(h100)
     a = reuse.answer(head)
     assert a.value == head.ttft_ms and head.ttft_ms < head.recompute_ms
-    assert head.cached == 32_000 - 200 - (32_000 - 200) % reuse.BLOCK_TOKENS
+    assert head.cached == 32_000 - 200 - (32_000 - 200) % h100.reload.block_tokens

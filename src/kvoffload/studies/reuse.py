@@ -18,9 +18,11 @@ import numpy as np
 import pandas as pd
 from msgspec.structs import replace
 
+from kvoffload.engines.registry import ENGINES
 from kvoffload.model import capacity, decode, lru, reuse
 from kvoffload.model.decode import Setup
-from kvoffload.model.reuse import CopyPath, Reload
+from kvoffload.model.prediction import Scenario
+from kvoffload.model.reuse import Reload
 from kvoffload.spec.figures import Figure, Kind
 from kvoffload.spec.hardware import System, build_part
 from kvoffload.spec.models import Model, load_model
@@ -34,9 +36,7 @@ LINKS = ("pcie4-x16", "pcie5-x16", "nvlink-c2c")  # catalog link parts a host ti
 # vLLM's native connector (vllm/v1/kv_offload/cpu/spec.py and worker/cpu_gpu.py at
 # 0072b0b7443bdddf17824c78d4feae8e1fc12fb4): 16-token blocks spanning every layer, one
 # cudaMemcpyAsync per block, the load done before the request is scheduled (one engine step)
-BLOCK_TOKENS = 16
-DMA_PER_BLOCK_S = 3.5e-6  # per-block DMA cost, from the vLLM blog's copy figure (fitted there)
-PER_HIT_S = 1e-3  # one engine-core step per hit: assumed
+ENGINE = "vllm"  # the prefix cache the chapter runs: vLLM's native KV offloading connector
 # a network KV store (LMCache's remote backend, Mooncake) reached at one 100 GbE port's line rate
 REMOTE = Figure(
     12.5e9,
@@ -83,14 +83,26 @@ class Cache:
         return self.setup.system
 
 
-def native_rule() -> Reload:
-    """Return vLLM's native connector's reload rule (blocks, DMA copies, load before compute)."""
-    return Reload(BLOCK_TOKENS, CopyPath(DMA_PER_BLOCK_S, 1.0), "serial", PER_HIT_S)
-
-
 def cache(system: System, model: Model) -> Cache:
-    """Return the prefix cache of ``model`` on ``system``: weights and decode on the GPU."""
-    return Cache(Setup(system, model), native_rule())
+    """Return vLLM's native prefix cache for ``model`` on ``system``, as the engine declares it.
+
+    The setup and the reload rule (16-token blocks, one DMA copy per block, the load before the
+    request's first forward pass, one scheduler step per hit) are the engine's own
+    (engines/each/vllm.py ``cache_rule``), with its default options.
+    """
+    spec = ENGINES[ENGINE]
+    sc = Scenario(
+        system=system,
+        model=model,
+        engine=ENGINE,
+        setup=Setup(system, model),
+        batch=1,
+        prompt=1,
+        generate=1,
+        options=spec.options(),
+    )
+    rule = spec.prefix_cache.rule(sc)
+    return Cache(rule.setup, rule.reload)
 
 
 def with_remote(system: System) -> System:
