@@ -88,3 +88,41 @@ def test_a_hybrid_desktop_uses_its_p_cores_by_default():
     assert cpu_rate.weight_stream_rate(host, WeightFormat.Q4_K_M) == pytest.approx(
         min(k.bandwidth_share * host.memory_bandwidth.value, 8 * k.per_thread_bps)
     )
+
+
+def _two_socket(link: str | None = "100 GB/s") -> object:
+    raw = {"name": "2s", "memory": "1536 GB", "memory_bandwidth": "600 GB/s",
+           "flops": "10 TFLOP/s", "cores": 128, "sockets": 2}  # fmt: skip
+    if link:
+        raw["cross_socket_bandwidth"] = link
+    return build_part("host", raw)
+
+
+def test_two_sockets_scale_below_two_without_numa_distribute_and_to_two_with_it():
+    """llama.cpp #11744: no policy puts every page on one node; --numa distribute reads locally."""
+    host, one = _two_socket(), 300e9
+    plain = cpu_rate.host_stream_rate(host, 128)
+    spread = cpu_rate.host_stream_rate(host, 128, "distribute")
+    assert plain / one < 1.5
+    assert spread / one == pytest.approx(2.0)
+    assert cpu_rate.host_stream_rate(host, 128, "isolate") == pytest.approx(one)
+    # interleaved: half of each socket's reads cross the link, 4 x 100 GB/s of 600 GB/s
+    assert cpu_rate.host_stream_rate(host, 128, "numactl") == pytest.approx(400e9)
+    # a slow link bounds even the one-node case: the far socket's threads read through it
+    assert cpu_rate.host_stream_rate(_two_socket("40 GB/s"), 128) == pytest.approx(80e9)
+
+
+def test_weight_rate_follows_the_numa_policy_and_one_socket_hosts_are_unchanged():
+    """Matvecs stream at the kernel's share of the policy's rate; isolate keeps one socket's cores."""
+    fmt = WeightFormat("q4_0")
+    host = _two_socket()
+    assert cpu_rate.weight_stream_rate(host, fmt, 128, "distribute") > 1.8 * (
+        cpu_rate.weight_stream_rate(host, fmt, 128)
+    )
+    assert cpu_rate.thread_cores(host, "isolate") == 64
+    one = _host(200e9, 32)
+    assert cpu_rate.weight_stream_rate(one, fmt, 32, "distribute") == (
+        cpu_rate.weight_stream_rate(one, fmt, 32)
+    )
+    with pytest.raises(ValueError, match="numa"):
+        cpu_rate.host_stream_rate(host, 8, "mirror")

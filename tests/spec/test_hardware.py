@@ -7,6 +7,7 @@ import itertools
 import pytest
 
 from kvoffload.spec import catalog
+from kvoffload.spec.errors import InputError
 from kvoffload.spec.figures import Kind
 from kvoffload.spec.hardware import build_part, load_system, system_ids
 
@@ -202,3 +203,25 @@ def test_the_t4_testbeds_fits_are_fitted_not_measured():
         t4.host.flops,
     ):
         assert fig.kind.value == "fitted" and fig.machine and fig.source == "flexllmgen-cost-model"
+
+
+def _host_part(**extra: object) -> object:
+    raw = {"name": "h", "memory": "512 GB", "memory_bandwidth": "480 GB/s", "flops": "1 TFLOP/s"}
+    return build_part("host", {**raw, **extra})
+
+
+def test_sockets_split_the_whole_machines_bandwidth_and_a_link_needs_two():
+    """A two-socket host's memory_bandwidth is the machine's; each socket reads half of it."""
+    two = _host_part(sockets=2, cross_socket_bandwidth="100 GB/s")
+    assert two.socket_bandwidth == pytest.approx(240e9)
+    assert _host_part().socket_bandwidth == 480e9
+    with pytest.raises(InputError, match="cross_socket_bandwidth"):
+        _host_part(cross_socket_bandwidth="100 GB/s")
+
+
+def test_reserved_memory_is_the_figure_or_the_default_and_stays_below_half():
+    """The OS keeps 4 GiB plus 1/64 of the memory unless the profile says; never above half."""
+    assert _host_part().reserved_memory == pytest.approx(4 * 2**30 + 512e9 / 64)
+    assert _host_part(memory_reserved="0 GB").reserved_memory == 0.0
+    with pytest.raises(InputError, match="memory_reserved"):
+        _host_part(memory_reserved="300 GB")

@@ -35,6 +35,8 @@ Latency = FigureField(Dim.TIME, 1e-9, 1.0, allow_zero=True)
 Iops = FigureField(Dim.RATE, 1.0, 1e9)
 Efficiency = FigureField(Dim.FRACTION, 0.01, 1.0)
 Count = Annotated[int, Meta(ge=1, le=4096)]  # cores or threads
+ReservedMemory = FigureField(Dim.BYTES, 1e8, 1e14, allow_zero=True)
+CrossSocketBandwidth = FigureField(Dim.BANDWIDTH, 1e9, 1e12)  # UPI / xGMI: GB/s to a TB/s
 
 
 class Part(Strict):
@@ -96,29 +98,59 @@ class Link(Part, kw_only=True):
         _not_above(self, "pageable_bandwidth", "h2d_bandwidth")
 
 
+# What a host keeps from processes where its profile gives no ``memory_reserved`` (assumed): the
+# kernel's page descriptors (Linux's struct page, 64 B per 4 KiB page: 1/64 of the memory, never
+# free) plus 4 GiB for the OS, its services and the page cache's floor (min_free_kbytes, the
+# file pages of running programs); a 64 GB machine keeps 5 GB, a 1.5 TB one 28 GB.
+RESERVED_BASE_BYTES = 4 * 2**30
+RESERVED_SHARE = 1 / 64
+
+
 class Host(Part, kw_only=True):
-    """The CPU side: DRAM capacity and bandwidth, CPU FLOP rate."""
+    """The CPU side: DRAM capacity and bandwidth, sockets, CPU FLOP rate."""
 
     name: PlainName
     memory: Capacity
+    # the whole machine's achievable read rate: every socket reading its own DRAM
     memory_bandwidth: LinkBandwidth
     memory_bandwidth_peak: LinkBandwidth | None = None
+    # host memory the OS keeps from processes; default: RESERVED_BASE_BYTES + RESERVED_SHARE
+    memory_reserved: ReservedMemory | None = None
     flops: FlopRate
-    cores: Count | None = None
+    cores: Count | None = None  # every socket's
     # cores that run matmul threads at full speed (P-cores of a hybrid CPU); default: cores
     performance_cores: Count | None = None
     # threads CPU-side matmuls use (llama.cpp -t); default: the performance cores
     threads: Count | None = None
+    # CPU sockets, each with its own DRAM (a NUMA node): memory and cores split evenly over them
+    sockets: Annotated[int, Meta(ge=1, le=8)] = 1
+    # the achievable rate at which one socket reads another's DRAM, per direction (UPI, xGMI)
+    cross_socket_bandwidth: CrossSocketBandwidth | None = None
 
     @property
     def matmul_threads(self) -> int | None:
         """Return the threads CPU-side matmuls run on: ``threads``, else the performance cores."""
         return self.threads or self.performance_cores or self.cores
 
+    @property
+    def socket_bandwidth(self) -> float:
+        """Return one socket's achievable read rate of its own DRAM (B/s)."""
+        return self.memory_bandwidth.value / self.sockets
+
+    @property
+    def reserved_memory(self) -> float:
+        """Return the bytes of host memory the OS keeps from processes: the figure, or the default."""
+        if self.memory_reserved is not None:
+            return self.memory_reserved.value
+        return RESERVED_BASE_BYTES + RESERVED_SHARE * self.memory.value
+
     def __post_init__(self) -> None:
-        """Check the text, then that the achievable rate stays below the peak."""
+        """Check the text, that achievable rates stay below the peak, and the reserve below all."""
         super().__post_init__()
         _not_above(self, "memory_bandwidth", "memory_bandwidth_peak")
+        _not_above(self, "memory_reserved", "memory", slack=0.5)
+        if self.sockets == 1 and self.cross_socket_bandwidth is not None:
+            raise ValueError("cross_socket_bandwidth needs sockets: 2 or more")
 
 
 class Storage(Part, kw_only=True):
