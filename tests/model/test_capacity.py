@@ -101,3 +101,21 @@ def test_predict_reports_every_gpu_and_the_same_verdict(tmp_path, capsys, longes
     assert out["memory"]["gpu_bytes"] <= out["memory"]["gpu_capacity_bytes"]
     code, err = _predict(tmp_path, capsys, longest)  # one token more
     assert code != 0 and "GPU memory" in err
+
+
+def test_host_headroom_makes_a_just_fitting_host_footprint_refuse_naming_the_tier():
+    """The OS keeps 4 GiB + 1/64 of host memory: 62 GB of weights no longer fit a 64 GB host."""
+    from kvoffload.model import capacity
+    from kvoffload.model.prediction import shortfalls
+
+    host = {"base": "desktop-ddr4-2ch", "memory": "64 GB"}
+    system = load_system({"base": "rtx-3090-desktop", "id": "h64", "host": host})
+    assert capacity.host_capacity(system) == pytest.approx(64e9 - 4 * 2**30 - 1e9)
+    mem = decode.Memory(*(np.asarray(x) for x in (0.0, 62e9, 0.0, 0.0)))
+    assert not capacity.fits(system, mem.gpu, mem.cpu)
+    [(tier, need, have)] = shortfalls(system, mem)
+    assert (tier, need) == ("host memory", 62e9)
+    roomy = load_system(
+        {"base": "rtx-3090-desktop", "id": "h64r", "host": {**host, "memory_reserved": "0 GB"}}
+    )
+    assert capacity.fits(roomy, mem.gpu, mem.cpu)

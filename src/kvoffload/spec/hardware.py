@@ -145,10 +145,9 @@ class Host(Part, kw_only=True):
         return RESERVED_BASE_BYTES + RESERVED_SHARE * self.memory.value
 
     def __post_init__(self) -> None:
-        """Check the text, that achievable rates stay below the peak, and the reserve below all."""
+        """Check the text, that the achievable rate stays below the peak, and the socket link."""
         super().__post_init__()
         _not_above(self, "memory_bandwidth", "memory_bandwidth_peak")
-        _not_above(self, "memory_reserved", "memory", slack=0.5)
         if self.sockets == 1 and self.cross_socket_bandwidth is not None:
             raise ValueError("cross_socket_bandwidth needs sockets: 2 or more")
 
