@@ -113,7 +113,7 @@ def test_host_headroom_makes_a_just_fitting_host_footprint_refuse_naming_the_tie
     assert capacity.host_capacity(system) == pytest.approx(64e9 - 4 * 2**30 - 1e9)
     mem = decode.Memory(*(np.asarray(x) for x in (0.0, 62e9, 0.0, 0.0)))
     assert not capacity.fits(system, mem.gpu, mem.cpu)
-    [(tier, need, have)] = shortfalls(system, mem)
+    [(tier, need, _)] = shortfalls(system, mem)
     assert (tier, need) == ("host memory", 62e9)
     roomy = load_system(
         {"base": "rtx-3090-desktop", "id": "h64r", "host": {**host, "memory_reserved": "0 GB"}}
