@@ -15,7 +15,7 @@ import os
 import sys
 import time
 
-from kvoffload.engines import flexgen
+from kvoffload.engines.each import flexgen
 from kvoffload.engines.scenario import parse_scenario
 
 # FlexLLMGen @ 004ffef8, experimental/cost_model.py's solve() for the T4 (--gpu-mem 16 --cpu-mem

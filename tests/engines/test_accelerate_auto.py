@@ -15,7 +15,7 @@ import sys
 import pytest
 import yaml
 
-from kvoffload.engines import hf_accelerate
+from kvoffload.engines.each import hf_accelerate
 from kvoffload.engines.scenario import parse_scenario, predict
 from kvoffload.model import kv
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvoffload.engines import flexgen, llamacpp, prefix_cache, vllm
+from kvoffload.engines import prefix_cache
+from kvoffload.engines.each import flexgen, llamacpp, vllm
 from kvoffload.engines.scenario import parse_scenario, predict
 from kvoffload.spec import catalog
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from kvoffload.engines import vllm
+from kvoffload.engines.each import vllm
 from kvoffload.engines.scenario import parse_scenario
 from kvoffload.spec.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_LAYERS, MAX_PARAMS
 from tests.support.refusals import assert_refused

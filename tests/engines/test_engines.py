@@ -7,7 +7,7 @@ import itertools
 import msgspec
 import pytest
 
-from kvoffload.engines import flexgen, infllm
+from kvoffload.engines.each import flexgen, infllm
 from kvoffload.engines.scenario import parse_scenario, predict
 from kvoffload.model import decode
 from kvoffload.spec.errors import InputError

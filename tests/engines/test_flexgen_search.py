@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
-from kvoffload.engines import flexgen
+from kvoffload.engines.each import flexgen
 from kvoffload.engines.scenario import parse_scenario
 from kvoffload.model import capacity, working_memory
 from kvoffload.studies import validation

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from kvoffload.engines import llamacpp
+from kvoffload.engines.each import llamacpp
 from kvoffload.engines.scenario import parse_scenario, predict
 from kvoffload.model import tensor_groups as tg
 from kvoffload.spec.errors import InputError

@@ -18,7 +18,7 @@ import sys
 import pytest
 import yaml
 
-from kvoffload.engines import llamacpp, vllm, zero_inference
+from kvoffload.engines.each import llamacpp, vllm, zero_inference
 from kvoffload.engines.scenario import ENGINES, parse_scenario, predict
 from kvoffload.model import decode, kv
 from kvoffload.model.prediction import check_fits, predict_setup

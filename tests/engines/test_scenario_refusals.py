@@ -7,7 +7,8 @@ import dataclasses
 
 import pytest
 
-from kvoffload.engines import registry, scenario, vllm
+from kvoffload.engines import registry, scenario
+from kvoffload.engines.each import vllm
 from kvoffload.engines.scenario import ENGINES, parse_scenario, predict
 from kvoffload.engines.spec import SET_BY_ENGINE, EngineSpec, EngineSpecError, PrefixCache
 from kvoffload.spec.errors import InputError

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvoffload.engines import infllm
+from kvoffload.engines.each import infllm
 from kvoffload.model import kv
 from kvoffload.spec import catalog
 from kvoffload.spec.hardware import load_system

@@ -1,24 +1,17 @@
-"""The engines by name: every engine module's ``ENGINE``, listed once and checked at import."""
+"""The engines by name: the ``ENGINE`` of every module in ``engines.each``, checked at import."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import pkgutil
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any
 
 import msgspec
 
-from kvoffload.engines import (
-    flexgen,
-    generic,
-    hf_accelerate,
-    infllm,
-    llamacpp,
-    sglang,
-    trtllm,
-    vllm,
-    zero_inference,
-)
+from kvoffload.engines import each
 from kvoffload.engines.spec import (
     REQUIRED,
     SET_BY_ENGINE,
@@ -113,22 +106,35 @@ def engine_table(*specs: EngineSpec) -> dict[str, EngineSpec]:
     return table
 
 
-ENGINES: dict[str, EngineSpec] = engine_table(
-    *(
-        m.ENGINE
-        for m in (
-            generic,
-            llamacpp,
-            vllm,
-            flexgen,
-            zero_inference,
-            hf_accelerate,
-            infllm,
-            sglang,
-            trtllm,
-        )
-    )
+# The order engines are listed in (messages, tables): these first, then any other module sorted.
+_FIRST = (
+    "generic",
+    "llamacpp",
+    "vllm",
+    "flexgen",
+    "zero_inference",
+    "hf_accelerate",
+    "infllm",
+    "sglang",
+    "trtllm",
 )
+
+
+def engine_modules() -> tuple[ModuleType, ...]:
+    """Return every module of ``engines.each`` (one per engine), the known ones first."""
+    names = sorted(m.name for m in pkgutil.iter_modules(each.__path__))
+    ordered = [n for n in _FIRST if n in names] + [n for n in names if n not in _FIRST]
+    return tuple(importlib.import_module(f"{each.__name__}.{n}") for n in ordered)
+
+
+def _declaration(module: ModuleType) -> EngineSpec:
+    """Return a module's ``ENGINE``; EngineSpecError names the module when it declares none."""
+    if not hasattr(module, "ENGINE"):
+        raise EngineSpecError(f"engine module {module.__name__} declares no ENGINE")
+    return module.ENGINE
+
+
+ENGINES: dict[str, EngineSpec] = engine_table(*(_declaration(m) for m in engine_modules()))
 
 
 def options_model(engine: str) -> type[Strict] | None:

@@ -6,7 +6,7 @@ batch 1: keep the routed experts of the first N layers in host memory and comput
 ``LLM_FFN_EXPS_REGEX`` and ``llm_add_n_cpu_ffn_overrides`` in ggml-org/llama.cpp common/common.h
 at 001d906a6d86e2490e394361e7cc6f478b100088), move whole layers to the CPU (``-ngl``), or take a
 smaller weight format that fits whole. Every figure is the llama.cpp engine's prediction
-(``engines/llamacpp.py``); a fit is ``capacity.within`` / ``capacity.fits``.
+(``engines/each/llamacpp.py``); a fit is ``capacity.within`` / ``capacity.fits``.
 """
 
 from __future__ import annotations

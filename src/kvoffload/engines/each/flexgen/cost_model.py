@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvoffload.engines.flexgen.allocation import lp_gpu_bytes, memory
-from kvoffload.engines.flexgen.policy import (
+from kvoffload.engines.each.flexgen.allocation import lp_gpu_bytes, memory
+from kvoffload.engines.each.flexgen.policy import (
     COMPRESSED,
     DEQUANT_TRAFFIC,
     Costs,

@@ -12,9 +12,9 @@ from functools import cache
 
 import numpy as np
 
-from kvoffload.engines.flexgen.allocation import ALPHA_G, fits, lp_gpu_bytes
-from kvoffload.engines.flexgen.cost_model import cost
-from kvoffload.engines.flexgen.policy import SHARE_EPS, Costs, Policies
+from kvoffload.engines.each.flexgen.allocation import ALPHA_G, fits, lp_gpu_bytes
+from kvoffload.engines.each.flexgen.cost_model import cost
+from kvoffload.engines.each.flexgen.policy import SHARE_EPS, Costs, Policies
 from kvoffload.model import capacity, decode, kv
 from kvoffload.model.prediction import Scenario
 

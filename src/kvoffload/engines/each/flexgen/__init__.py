@@ -7,10 +7,10 @@ GPU batches shares each loaded layer (zig-zag); attention on the CPU over CPU-re
 prediction and the registry entry. Their names are re-exported here.
 """
 
-from kvoffload.engines.flexgen.allocation import ALPHA_G, _modules, fits, lp_gpu_bytes, memory
-from kvoffload.engines.flexgen.cost_model import cost
-from kvoffload.engines.flexgen.engine import ENGINE, predict
-from kvoffload.engines.flexgen.policy import (
+from kvoffload.engines.each.flexgen.allocation import ALPHA_G, _modules, fits, lp_gpu_bytes, memory
+from kvoffload.engines.each.flexgen.cost_model import cost
+from kvoffload.engines.each.flexgen.engine import ENGINE, predict
+from kvoffload.engines.each.flexgen.policy import (
     COMPRESSED,
     DEQUANT_TRAFFIC,
     Costs,
@@ -19,7 +19,7 @@ from kvoffload.engines.flexgen.policy import (
     given_policy,
     pin_weight,
 )
-from kvoffload.engines.flexgen.policy_search import (
+from kvoffload.engines.each.flexgen.policy_search import (
     ACT_GPU,
     GBS,
     HALVES,

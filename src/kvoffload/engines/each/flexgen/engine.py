@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from kvoffload.engines.flexgen.allocation import ALPHA_G, lp_gpu_bytes
-from kvoffload.engines.flexgen.cost_model import cost
-from kvoffload.engines.flexgen.policy import Options, Policies, given_policy, pin_weight
-from kvoffload.engines.flexgen.policy_search import policies, search
+from kvoffload.engines.each.flexgen.allocation import ALPHA_G, lp_gpu_bytes
+from kvoffload.engines.each.flexgen.cost_model import cost
+from kvoffload.engines.each.flexgen.policy import Options, Policies, given_policy, pin_weight
+from kvoffload.engines.each.flexgen.policy_search import policies, search
 from kvoffload.engines.spec import EngineSpec
 from kvoffload.model import decode
 from kvoffload.model.prediction import Prediction, Resolved, Scenario

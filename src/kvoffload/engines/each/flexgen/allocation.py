@@ -17,7 +17,7 @@ from functools import cache
 
 import numpy as np
 
-from kvoffload.engines.flexgen.policy import COMPRESSED, SHARE_EPS, Costs, Options, Policies
+from kvoffload.engines.each.flexgen.policy import COMPRESSED, SHARE_EPS, Costs, Options, Policies
 from kvoffload.model import capacity, decode, kv, working_memory
 from kvoffload.model.prediction import Scenario
 from kvoffload.spec.models import Model
