@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import NoReturn
 
-from kvoffload.cli import book, hardware, kv_predict, measure, models, validate
+from kvoffload.cli import advise, book, hardware, kv_predict, measure, models, validate
 from kvoffload.spec.errors import one_line
 from kvoffload.spec.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, bound_problem
 
@@ -106,6 +106,36 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("scenario", help="a scenario YAML (see the README)")
     pr.add_argument("--json", action="store_true", help="print JSON")
     pr.set_defaults(func=kv_predict.predict)
+
+    ad = sub.add_parser(
+        "advise", help="what to run on a machine, with which flags: configurations ranked"
+    )
+    ad.add_argument(
+        "--hardware", required=True, help="a catalog system id, a profile YAML, or 'detect'"
+    )
+    ad.add_argument(
+        "--model",
+        required=True,
+        help="a catalog id, a config.json, a .gguf file, or 'all' (every catalog model)",
+    )
+    ad.add_argument(
+        "--context", type=_tokens, default=32768, help="tokens per request (default 32768)"
+    )
+    ad.add_argument("--batch", type=_batch, default=1, help="requests decoded together")
+    ad.add_argument(
+        "--budget-ms",
+        type=advise.budget_ms,
+        default=None,
+        help="the most ms per generated token accepted (default: no limit)",
+    )
+    ad.add_argument(
+        "--engines",
+        type=advise.engine_list,
+        default=("llamacpp", "vllm"),
+        help="engines to search, comma-separated (default: llamacpp,vllm)",
+    )
+    ad.add_argument("--json", action="store_true", help="print JSON")
+    ad.set_defaults(func=advise.advise)
 
     va = sub.add_parser("validate", help="predictions beside published measurements")
     va.add_argument("--json", action="store_true", help="print JSON")

@@ -1,0 +1,182 @@
+"""What to run on a machine, with which flags: the ranked configurations and their command lines.
+
+``advise`` answers for one model (every configuration that fits, fastest first, each with the
+command that runs it); ``advise_all`` gives every catalog model's fastest configuration (the
+search pruned to the smallest formats, advise_search.py). ``advice_frame`` shapes the latter for
+the book (pandas, imported there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvoffload.spec.hardware import System
+from kvoffload.spec.models import Model, load_model, model_ids
+from kvoffload.spec.units import format_bytes, format_number, format_seconds
+from kvoffload.studies.advise_commands import command_line
+from kvoffload.studies.advise_search import (
+    ENGINES,
+    NO_OFFLOAD,
+    Choice,
+    Search,
+    Workload,
+    search,
+)
+
+ALL = "all"  # --model all: every catalog model
+_KV_FLAG = {"fp16": "f16", "bf16": "auto"}  # the engines' names for the 16-bit cache
+
+
+def model_path(ref: str) -> str:
+    """Return the user's model file (a .gguf path or a config.json's folder), '' for a catalog id."""
+    if ref in model_ids():
+        return ""
+    p = Path(ref)
+    return str(p) if p.suffix.lower() == ".gguf" else str(p.parent if p.is_file() else p)
+
+
+def flags(c: Choice) -> str:
+    """Return what the configuration offloads, as the engine's flags ('no offload needed')."""
+    o = c.options
+    if not c.offload:
+        return NO_OFFLOAD
+    if c.engine == "vllm":
+        return f"--cpu-offload-gb {o['cpu_offload_gb']:g}"
+    words = []
+    if "override_tensor" in o:
+        words.append(f"-ot {o['override_tensor']}")
+    if "n_gpu_layers" in o:
+        words.append(f"-ngl {o['n_gpu_layers']}")
+    if "n_cpu_moe" in o:
+        words.append(f"--n-cpu-moe {o['n_cpu_moe']}")
+    if o.get("no_kv_offload"):
+        words.append("--no-kv-offload")
+    return " ".join(words)
+
+
+def row(c: Choice, model: Model, wl: Workload, path: str = "") -> dict[str, Any]:
+    """Return one configuration as the JSON object ``advise --json`` prints."""
+    return {
+        "engine": c.engine,
+        "weights": c.weights,
+        "kv": _KV_FLAG.get(c.kv, c.kv),
+        "offload": flags(c),
+        "options": dict(c.options),
+        "tokens_per_s": c.tokens_per_s,
+        "tpot_ms": c.tpot_s * 1e3,
+        "ttft_ms": c.ttft_s * 1e3,
+        "gpu_bytes": int(c.gpu_bytes),
+        "cpu_bytes": int(c.cpu_bytes),
+        "command": command(c, model, wl, path),
+    }
+
+
+@dataclass(frozen=True)
+class Advice:
+    """One model's ranked configurations on one machine, with their command lines."""
+
+    search: Search
+    path: str  # the user's model file, '' for a catalog model
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """Return every configuration that fits, fastest first, each with its command line."""
+        s = self.search
+        return [
+            {"rank": rank, **row(c, s.model, s.workload, self.path)}
+            for rank, c in enumerate(s.choices, 1)
+        ]
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the advice as the JSON object documented in the README."""
+        s = self.search
+        return {
+            "hardware": s.system.id,
+            "model": s.model.id,
+            "context": s.workload.context,
+            "batch": s.workload.batch,
+            "tried": s.tried,
+            "configurations": self.rows,
+            "left_out": [
+                {"engine": e, "weights": w, "kv": _KV_FLAG.get(k, k), "why": why}
+                for e, w, k, why in s.left_out
+            ],
+        }
+
+
+def command(c: Choice, model: Model, wl: Workload, path: str = "") -> str:
+    """Return the command line that runs a configuration."""
+    return command_line(c.engine, model, c.weights, c.kv, c.options, wl.context, wl.batch, path)
+
+
+def advise(
+    system: System,
+    model_ref: str,
+    workload: Workload,
+    engines: Iterable[str] = ENGINES,
+    budget_s: float | None = None,
+) -> Advice:
+    """Return every configuration of ``engines`` that runs the model on the machine, fastest first."""
+    model = load_model(model_ref)
+    found = search(system, model, workload, engines, budget_s=budget_s)
+    return Advice(found, model_path(model_ref))
+
+
+def advise_all(
+    system: System,
+    workload: Workload,
+    engines: Iterable[str] = ENGINES,
+    budget_s: float | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Return each catalog model's fastest configuration that fits (``best`` None: none does).
+
+    A model built for a shorter context than asked is advised at its own (``context``).
+    """
+    engines = tuple(engines)
+    out = []
+    for ident in model_ids():
+        if progress is not None:
+            progress(ident)
+        model = load_model(ident)
+        limit = model.max_positions or workload.context
+        wl = Workload(min(workload.context, limit), workload.batch)
+        s = search(system, model, wl, engines, budget_s=budget_s, fastest_only=True)
+        best = None
+        if s.choices:
+            best = row(s.choices[0], model, wl)
+        why = "; ".join(dict.fromkeys(w for *_, w in s.left_out)) if best is None else ""
+        out.append({"model": ident, "context": wl.context, "best": best, "why": why})
+    return out
+
+
+def cells(r: dict[str, Any]) -> dict[str, str]:
+    """Return a configuration's table cells for people (numbers through spec.units)."""
+    return {
+        "engine": r["engine"],
+        "weights": r["weights"],
+        "KV": r["kv"],
+        "offload": r["offload"],
+        "tokens/s": format_number(r["tokens_per_s"]),
+        "TTFT": format_seconds(r["ttft_ms"] / 1e3, digits=3),
+        "GPU": format_bytes(r["gpu_bytes"], binary=False, digits=3),
+        "host": format_bytes(r["cpu_bytes"], binary=False, digits=3),
+    }
+
+
+def advice_frame(system: System, context: int, batch: int = 1) -> Any:
+    """Return a frame of every catalog model's fastest configuration on ``system`` (the book)."""
+    import pandas as pd
+
+    rows = []
+    for a in advise_all(system, Workload(context, batch)):
+        b = a["best"]
+        base = {"model": a["model"], "context": format_number(a["context"])}
+        if b is None:
+            rows.append({**base, "engine": "none fits", "note": a["why"]})
+        else:
+            rows.append({**base, **cells(b), "command": b["command"]})
+    return pd.DataFrame(rows)

@@ -1,0 +1,140 @@
+"""kvoffload advise: the search's pick fits, the ranking, the command lines, every catalog model."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import pytest
+
+from kvoffload.engines.registry import validate_options
+from kvoffload.engines.scenario import predict
+from kvoffload.model import decode
+from kvoffload.model.prediction import Scenario, shortfalls
+from kvoffload.spec.hardware import load_system
+from kvoffload.spec.models import load_model, model_ids
+from kvoffload.spec.precision import kv_format, weight_format
+from kvoffload.studies.advise import advise, advise_all
+from kvoffload.studies.advise_commands import parse_command
+from kvoffload.studies.advise_search import NCMOE, NGL, NO_OFFLOAD, Workload, search
+
+RTX = "rtx-4090-desktop"
+WL = Workload(32768)
+
+
+@cache
+def _gpt_oss():
+    return advise(load_system(RTX), "gpt-oss-120b", WL)
+
+
+def _predict(system, model, c, wl):
+    sc = Scenario(system, model, c.engine,
+                  decode.Setup(system, model, weight_format(c.weights), kv_format(c.kv)),
+                  wl.batch, wl.prompt, wl.generate, validate_options(c.engine, dict(c.options)))  # fmt: skip
+    return predict(sc, check=False)
+
+
+def test_gpt_oss_120b_on_a_4090_runs_n_cpu_moe_with_mxfp4_experts_first():
+    a = _gpt_oss()
+    first = a.search.choices[0]
+    assert (first.engine, first.weights, first.way) == ("llamacpp", "mxfp4", NCMOE)
+    ngl = [c for c in a.search.choices if c.way == NGL]
+    assert ngl and all(first.tokens_per_s > c.tokens_per_s for c in ngl)
+    cmd = a.rows[0]["command"]
+    assert cmd.startswith("llama-server -m gpt-oss-120b-MXFP4.gguf -ngl 99 --n-cpu-moe ")
+    assert "-c 32768" in cmd
+
+
+def test_every_smaller_ngl_split_is_slower_than_the_pick():
+    a = _gpt_oss()
+    system, model = a.search.system, a.search.model
+    first = a.search.choices[0]
+    best_ngl = max(c.options["n_gpu_layers"] for c in a.search.choices if c.way == NGL)
+    for n in (0, best_ngl // 2, best_ngl):
+        c = next(c for c in a.search.choices if c.way == NGL)
+        p = _predict(system, model, type(c)(**{**c.__dict__, "options": {"n_gpu_layers": n}}), WL)
+        assert 1 / p.tpot_s < first.tokens_per_s
+
+
+def test_the_pick_fits_and_the_next_step_does_not():
+    a = _gpt_oss()
+    system, model = a.search.system, a.search.model
+    first = a.search.choices[0]
+    p = _predict(system, model, first, WL)
+    assert not shortfalls(system, p.memory)
+    one_less = type(first)(
+        **{**first.__dict__, "options": {"n_cpu_moe": first.options["n_cpu_moe"] - 1}}
+    )
+    assert shortfalls(system, _predict(system, model, one_less, WL).memory)
+
+
+def test_ranked_by_tokens_per_s_then_ttft():
+    keys = [(-c.tokens_per_s, c.ttft_s) for c in _gpt_oss().search.choices]
+    assert keys == sorted(keys)
+    assert all(c.fits for c in _gpt_oss().search.choices)
+
+
+def test_commands_parse_back_to_the_options_used():
+    a = _gpt_oss()
+    model = a.search.model
+    rows = a.rows + advise(load_system(RTX), "llama-3.1-70b", Workload(8192, 4)).rows
+    for r in rows:
+        m = model if r["command"].count("gpt-oss") else load_model("llama-3.1-70b")
+        back = parse_command(r["command"], m)
+        assert back.engine == r["engine"] and back.weights == r["weights"]
+        assert dict(back.options) == r["options"]
+        assert {"f16": "fp16", "auto": "bf16"}.get(r["kv"], r["kv"]) == back.kv
+    assert {r["engine"] for r in rows} == {"llamacpp", "vllm"}
+
+
+def test_a_model_that_fits_whole_needs_no_offload():
+    a = advise(load_system("h100-sxm-pcie5"), "llama-3.1-8b", Workload(8192))
+    assert all(c.way == NO_OFFLOAD for c in a.search.choices)
+    first = a.rows[0]
+    assert first["offload"] == "no offload needed" and first["options"] == {}
+    llama = next(r for r in a.rows if r["engine"] == "llamacpp")
+    assert " -ngl 99 " in llama["command"] and "--n-cpu-moe" not in llama["command"]
+
+
+def test_the_pruned_search_finds_the_full_searchs_pick():
+    system = load_system(RTX)
+    for ident in ("gpt-oss-120b", "llama-3.1-70b", "qwen3-30b-a3b"):
+        model = load_model(ident)
+        full = search(system, model, WL).choices[0]
+        fast = search(system, model, WL, fastest_only=True).choices[0]
+        assert (fast.engine, fast.options, fast.tokens_per_s) == (
+            full.engine,
+            full.options,
+            full.tokens_per_s,
+        )
+
+
+def test_all_covers_every_catalog_model():
+    found = advise_all(load_system(RTX), WL)
+    assert [a["model"] for a in found] == model_ids()
+    assert all(a["best"] is not None or a["why"] for a in found)
+    assert any(a["best"] is None for a in found)  # DeepSeek-V3 does not fit a desktop's host
+    gpt = next(a for a in found if a["model"] == "gpt-oss-120b")["best"]
+    assert gpt["command"] == _gpt_oss().rows[0]["command"]
+
+
+def test_a_budget_leaves_out_slower_configurations():
+    a = advise(load_system(RTX), "gpt-oss-120b", WL, budget_s=1 / 20)
+    assert a.search.choices and all(c.tokens_per_s >= 20 for c in a.search.choices)
+    assert any(why == "slower than the budget" for *_, why in a.search.left_out)
+
+
+def test_a_gguf_file_is_advised_in_its_own_types(tmp_path):
+    from tests.spec.test_gguf import write_model
+
+    path = tmp_path / "tiny.gguf"
+    write_model(path)
+    a = advise(load_system(RTX), str(path), Workload(2048))
+    assert {c.weights for c in a.search.choices} == {"gguf"}
+    assert a.rows[0]["command"].startswith(f"llama-server -m {path} -ngl 99")
+    assert parse_command(a.rows[0]["command"], a.search.model, str(path)).weights == "gguf"
+    assert any(e == "vllm" for e, *_ in a.search.left_out)
+
+
+@pytest.mark.parametrize("context", [1, 2])
+def test_a_tiny_context_still_has_a_prompt(context):
+    assert search(load_system(RTX), load_model("llama-3.1-8b"), Workload(context)).choices
