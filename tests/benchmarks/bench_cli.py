@@ -144,6 +144,9 @@ def main() -> None:
     print(f"bad_input_worst_s: {times[worst]:.3f} ({worst})")
     print(f"kv_query_s: {_time(['kv', 'llama-3.1-8b', '--seq', '128000', '--json']):.3f}")
     print(f"hardware_show_s: {_time(['hardware', 'show', 'a100-80gb-sxm-pcie4', '--json']):.3f}")
+    # issue 26: every catalog model's best configuration on a desktop, in under 2 s
+    advise_all = ["advise", "--hardware", "rtx-4090-desktop", "--model", "all"]
+    print(f"advise_all_s: {_median(advise_all, repeat=3):.3f}")
     with tempfile.TemporaryDirectory() as tmp:  # issue 26: under 0.5 s
         print(f"gguf_header_150k_vocab_s: {_gguf_header_s(tmp):.3f}")
     ours = _config_us()
