@@ -29,7 +29,7 @@ def test_the_export_holds_every_catalog_machine_model_and_format_as_strict_json(
     assert [m["id"] for m in data["machines"]] == system_ids()
     assert [m["id"] for m in data["models"]] == model_ids()
     for m in data["models"]:
-        assert set(m["layers"]) == {f.value for f in WeightFormat}
+        assert set(m["layers"]) == {f.value for f in cd.WEIGHT_FORMATS}
         assert set(m["kv_token_bytes"]) == {f.value for f in KvFormat}
     assert data["streams"] == list(decode.STREAMS)
     assert data["overlap_modes"] == list(decode.OVERLAP_MODES)
@@ -133,3 +133,45 @@ def test_the_page_escapes_every_string_and_loads_nothing_from_another_host(data)
         "http://www.w3.org/2000/svg", ""
     )
     assert "https://" not in files[calculator_page.SCRIPT].decode()
+
+
+# ------------------------------------------------------------------- the reuse question ------
+
+REUSE_POINT = {"machine": "h100-sxm-pcie5", "figures": {}, "model": "llama-3.1-8b",
+               "weights_format": "bf16", "kv_format": "bf16", "prompt": 20000, "generate": 100,
+               "batch": 2, "weights": {"gpu": 0.8, "cpu": 0.2, "disk": 0.0},
+               "kv": {"gpu": 0.5, "cpu": 0.5, "disk": 0.0}, "attention": "gpu",
+               "overlap": "none", "pinned": True,
+               "reuse": {"rule": "vllm-native", "cached_tokens": 19000, "tier": "cpu",
+                         "host_cache_gib": 64}}  # fmt: skip
+
+
+def test_the_reuse_export_is_the_rule_vllm_builds_and_the_prompts_break_even_tries(data):
+    from kvoffload.model import reuse
+
+    (native,) = data["reuse"]["rules"]
+    rule = cd.cache_rule_of(cd.rule_choice("vllm-native")).reload
+    assert native["reload"]["block_tokens"] == rule.block_tokens == 16
+    assert native["reload"]["per_item_s"] == rule.copy.per_item_s
+    assert native["reload"]["per_hit_s"] == rule.per_hit_s
+    assert native["reload"]["combine"] == "serial" and native["reload"]["item_spans_layers"]
+    assert native["break_even_grid"] == list(reuse.break_even_grid(rule))
+    assert native["tiers"] == ["gpu", "cpu"]  # no disk tier on the native connector
+    assert data["reuse"]["tiers"] == list(reuse.TIERS)
+
+
+def test_the_reuse_scenario_is_one_kvoffload_predict_reads_with_its_reuse_block():
+    from kvoffload.engines.registry import ENGINES
+    from kvoffload.model import reuse
+
+    sc = parse_scenario(cd.reuse_scenario_for(REUSE_POINT))
+    assert sc.engine == "vllm" and sc.reuse.cached_tokens == 19000 and sc.reuse.tier == "cpu"
+    rule = ENGINES["vllm"].prefix_cache.rule(sc)
+    assert rule.setup.placement.weights.cpu == pytest.approx(0.2, rel=1e-12)
+    p = predict(sc, check=False)
+    assert p.reuse.hit_tokens == 19000 // 16 * 16 and p.ttft_s < p.ttft_recompute_s
+    n = cd.sessions_that_fit(rule.setup, 64 * 2**30, 20100)
+    assert n == int(64 * 2**30 // float(reuse.cache_bytes(rule.setup, 20100))) and n > 0
+    on_disk = {**REUSE_POINT, "weights": {"gpu": 0.8, "cpu": 0.1, "disk": 0.1}}
+    with pytest.raises(InputError, match="no weights on disk"):
+        cd.reuse_scenario_for(on_disk)

@@ -11,6 +11,11 @@ The page leaves out what it cannot express: tensor-group placement (``compute: c
 routing skew and expert streaming (uniform routing is used), several GPUs (the step model runs
 the layers on one GPU at a time, so a reader types the machine's total memory) and the engines
 other than ``generic``.
+
+The reuse question (a prompt whose first tokens sit in a prefix cache) runs on an engine's own
+rule (``RULES``: vLLM's native KV offloading connector): ``reuse_scenario_for`` writes the scenario
+with its ``reuse:`` block, ``reuse_data`` exports the rule the engine builds (engines/each/vllm.py
+``cache_rule``) and the prompts ``reuse.break_even_prompt`` tries.
 """
 
 from __future__ import annotations
@@ -20,13 +25,21 @@ from typing import Any
 
 import numpy as np
 
-from kvoffload.model import decode, kv, working_memory
+from kvoffload.engines.each.vllm import MAX_HOST_GIB, GiB
+from kvoffload.engines.registry import ENGINES
+from kvoffload.engines.scenario import parse_scenario
+from kvoffload.engines.spec import CacheRule
+from kvoffload.model import decode, kv, reuse, working_memory
 from kvoffload.model.routing import Routing
+from kvoffload.spec.errors import InputError
 from kvoffload.spec.hardware import System, load_system, system_ids
+from kvoffload.spec.limits import MAX_CONTEXT_TOKENS
 from kvoffload.spec.models import Model, load_model, model_ids
 from kvoffload.spec.precision import KvFormat, WeightFormat
 
 VERSION = 1
+# the weight formats a catalog model takes: all but the types a .gguf file gives its tensors
+WEIGHT_FORMATS = tuple(f for f in WeightFormat if f is not WeightFormat.GGUF)
 BUDGET_MS = 50.0  # the article's TPOT budget for interactive use, drawn on the page's chart
 
 
@@ -230,10 +243,11 @@ def model_entry(model: Model) -> dict[str, Any]:
         "expert_use": list(lay.expert_use),
         "qo_bytes": _number(lay.qo_bytes),
         "working_row_bytes": _number(working_row_bytes(model)),
+        "attention_layers": int(np.count_nonzero(model.attention_layers)),
         "kv_token_bytes": {
             f.value: _number(kv.attention_layer_token_bytes(model, f)) for f in KvFormat
         },
-        "layers": {f.value: layer_classes(model, f) for f in WeightFormat},
+        "layers": {f.value: layer_classes(model, f) for f in WEIGHT_FORMATS},
     }
 
 
@@ -247,7 +261,7 @@ def _shared() -> dict[str, Any]:
         "overlap_modes": list(decode.OVERLAP_MODES),
         "streams": list(decode.STREAMS),
         "stream_names": dict(decode.STREAM_NAMES),
-        "weight_formats": [f.value for f in WeightFormat],
+        "weight_formats": [f.value for f in WEIGHT_FORMATS],
         "kv_formats": [f.value for f in KvFormat],
         "state_value_bytes": {f.value: kv.state_value_bytes(f) for f in KvFormat},
     }
@@ -265,7 +279,133 @@ def calculator_data() -> dict[str, Any]:
         "attention_slack": ATTENTION_SLACK,
         "machines": machines,
         "models": [model_entry(load_model(mid)) for mid in model_ids()],
+        "reuse": reuse_data(),
     }
+
+
+@dataclass(frozen=True)
+class RuleChoice:
+    """One engine's prefix-cache rule the page offers, as the scenario's engine and options say it.
+
+    ``weights_option`` gives the GiB of weights in host memory, ``size_option`` the GiB of the
+    host tier; ``options`` the rest (the engine's defaults otherwise).
+    """
+
+    key: str
+    label: str
+    engine: str
+    options: dict[str, Any]
+    weights_option: str
+    size_option: str
+
+
+RULES: tuple[RuleChoice, ...] = (
+    RuleChoice(
+        "vllm-native",
+        "vLLM, native connector",
+        "vllm",
+        {"kv_offloading_backend": "native"},
+        "cpu_offload_gb",
+        "kv_offloading_size",
+    ),
+)
+
+
+def rule_choice(key: str) -> RuleChoice:
+    """Return the rule the page names ``key`` (ValueError for another)."""
+    for choice in RULES:
+        if choice.key == key:
+            return choice
+    raise ValueError(f"no rule {key!r}; the page offers {', '.join(c.key for c in RULES)}")
+
+
+def cache_rule_of(choice: RuleChoice) -> CacheRule:
+    """Return the prefix cache the engine builds for ``choice`` (a host tier of 1 GiB given)."""
+    sc = parse_scenario(
+        {
+            "hardware": system_ids()[0],
+            "model": "llama-3.1-8b",
+            "engine": choice.engine,
+            "options": {**choice.options, choice.size_option: 1.0},
+            "workload": {"batch": 1, "prompt": 16, "generate": 1},
+        }
+    )
+    return ENGINES[choice.engine].prefix_cache.rule(sc)
+
+
+def reuse_data() -> dict[str, Any]:
+    """Return what the page's reuse question reads: each rule's reload and the bounds it checks."""
+    rules = []
+    for choice in RULES:
+        cache = cache_rule_of(choice)
+        r = cache.reload
+        rules.append(
+            {
+                **asdict(choice),
+                "engine_tiers": list(ENGINES[choice.engine].prefix_cache.tiers),
+                "tiers": list(cache.capacities),  # with a host tier given
+                "reload": {
+                    "block_tokens": r.block_tokens,
+                    "per_item_s": r.copy.per_item_s,
+                    "rate_share": r.copy.rate_share,
+                    "combine": r.combine,
+                    "per_hit_s": r.per_hit_s,
+                    "item_spans_layers": r.item_spans_layers,
+                    "recompute_last": r.recompute_last,
+                    "pinned": r.pinned,
+                },
+                "break_even_grid": [int(x) for x in reuse.break_even_grid(r)],
+            }
+        )
+    return {
+        "rules": rules,
+        "tiers": list(reuse.TIERS),
+        "gib": GiB,
+        "max_host_gib": MAX_HOST_GIB,
+        "max_cached_tokens": MAX_CONTEXT_TOKENS,
+        "break_even_limit": reuse.BREAK_EVEN_LIMIT,
+    }
+
+
+def reuse_scenario_for(inputs: dict[str, Any]) -> dict[str, Any]:
+    """Return the scenario of the page's reuse question, as `kvoffload predict` reads it.
+
+    ``inputs``: ``scenario_for``'s, with ``reuse``: ``rule`` (a ``RULES`` key),
+    ``cached_tokens``, ``tier`` and ``host_cache_gib``. The machine, model, formats, workload and
+    pinning are the page's; the weights' host share becomes the engine's weights option; the
+    engine places the KV itself (vLLM: on the GPU). Weights on disk are refused (InputError).
+    """
+    r = inputs["reuse"]
+    choice = rule_choice(r["rule"])
+    if inputs["weights"]["disk"] > 0:
+        raise InputError(
+            f"{choice.label} keeps no weights on disk; give their disk share to host memory",
+            field="placement.weights",
+        )
+    base = scenario_for(inputs)
+    fmt = WeightFormat(inputs["weights_format"])
+    weights = float(decode.step_weight_bytes(load_model(inputs["model"]), fmt))
+    options = {
+        **choice.options,
+        choice.weights_option: inputs["weights"]["cpu"] * weights / GiB,
+        choice.size_option: float(r["host_cache_gib"]),
+    }
+    return {
+        "hardware": base["hardware"],
+        "model": base["model"],
+        "engine": choice.engine,
+        "precision": base["precision"],
+        "workload": base["workload"],
+        "pinned": base["pinned"],
+        "options": options,
+        "reuse": {"cached_tokens": int(r["cached_tokens"]), "tier": r["tier"]},
+    }
+
+
+def sessions_that_fit(setup: decode.Setup, host_bytes: float, context: int) -> int:
+    """Return how many sessions of ``context`` tokens the host tier's bytes hold, whole."""
+    one = float(reuse.cache_bytes(setup, context))
+    return int(host_bytes // one) if one > 0 else 0
 
 
 def setup_data(setup: decode.Setup) -> dict[str, Any]:
