@@ -25,8 +25,15 @@ the ones the validation checks, apply to every scenario (both can be overridden 
   tokens/s with the cache on the GPU and 45.91 with ``--no-kv-offload`` (threadpool build), whose
   difference is 64 hand-overs per token, two per layer.
 
-CPU-side matmuls stream their weights at ``cpu_weight_rate``; the logits come back to the host for
-sampling. The host prompt cache (``cache_ram``, a scenario's ``reuse:``) is llamacpp_prompt_cache.py.
+CPU-side matmuls stream their weights at ``cpu_weight_rate``, and CPU attention reads host memory,
+at the rate ``numa`` (``--numa``) gives the host's sockets (model/cpu_rate.py
+``host_stream_rate``); the logits come back to the host for sampling. llama.cpp maps the GGUF file
+(``llama_mmap``, on unless ``--no-mmap``), so host-resident weights past what host memory holds
+(``capacity.host_capacity``, the OS's reserve kept) are file pages the kernel evicts and reads back:
+each step reads its share of that excess from disk at the storage's read rate, in the step's disk
+stream, instead of refusing; with ``no_mmap`` the weights are copied into anonymous buffers and
+must fit. (Under strict LRU a cyclic scan larger than memory would miss on every page; Linux's
+active/inactive lists keep part resident, so the excess alone is the optimistic, lower bound.) The host prompt cache (``cache_ram``, a scenario's ``reuse:``) is llamacpp_prompt_cache.py.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ import itertools
 import re
 from collections.abc import Callable
 from functools import cache
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 import numpy as np
@@ -43,7 +50,7 @@ from msgspec import Meta
 
 from kvoffload.engines.llamacpp_prompt_cache import cache_rule
 from kvoffload.engines.spec import EngineSpec, PrefixCache
-from kvoffload.model import cpu_rate, decode, kv, routing, tensor_groups, transfer
+from kvoffload.model import capacity, cpu_rate, decode, kv, routing, tensor_groups, transfer
 from kvoffload.model.prediction import Prediction, Resolved, Scenario
 from kvoffload.model.tensor_groups import TensorTable
 from kvoffload.spec import catalog
@@ -84,6 +91,8 @@ class Options(Strict):
     # -ot splits it, so once validated this is always a tuple
     override_tensor: tuple[str, ...] | str = ()
     threads: Annotated[int, Meta(ge=1, le=4096)] | None = None  # -t; default: host.threads
+    numa: Literal["distribute", "isolate", "numactl"] | None = None  # --numa; default: no policy
+    no_mmap: bool = False  # --no-mmap: weights copied into host buffers, so they must fit
     # default: catalog/engine_constants.yaml
     gpu_share: Annotated[float, Meta(gt=0, le=1)] | None = None
     split_sync_us: Annotated[float, Meta(ge=0, le=100_000)] | None = None  # default: PR #7526
@@ -192,7 +201,29 @@ def tensor_devices(sc: Scenario) -> tuple[TensorTable, np.ndarray]:
 
 def cpu_weight_rate(sc: Scenario) -> float:
     """Return the rate (B/s) at which CPU-side matmuls stream their weights (model/cpu_rate.py)."""
-    return cpu_rate.weight_stream_rate(sc.system.host, sc.setup.weights, sc.options.threads)
+    o = sc.options
+    return cpu_rate.weight_stream_rate(sc.system.host, sc.setup.weights, o.threads, o.numa)
+
+
+def host_read_rate(sc: Scenario) -> float:
+    """Return the rate (B/s) at which CPU attention reads host memory under ``numa``."""
+    o, host = sc.options, sc.system.host
+    return cpu_rate.host_stream_rate(host, o.threads or host.matmul_threads, o.numa)
+
+
+def _read_bytes(sc: Scenario, table: TensorTable, batch: float) -> np.ndarray:
+    """Return the bytes a step reads of each tensor: routed experts only where the batch routes."""
+    k, n = decode.layers(sc.model, sc.setup.weights).expert_use
+    touched = float(routing.touched_share(n, k, batch, sc.setup.routing.effective_experts))
+    return table.nbytes * np.where(table.routed, touched, 1.0)
+
+
+def paged_bytes(sc: Scenario, w_cpu: float, kv_cpu: float) -> float:
+    """Return the host-resident weight bytes past host capacity that mmap leaves on disk."""
+    if sc.options.no_mmap:
+        return 0.0
+    over = w_cpu + kv_cpu - capacity.host_capacity(sc.system)
+    return min(max(over, 0.0), w_cpu)
 
 
 def _constants(sc: Scenario) -> tuple[float, float]:
@@ -242,8 +273,7 @@ def _step_parts_at(sc: Scenario, batch: float) -> Callable[[np.ndarray], dict[st
     table, on_gpu = tensor_devices(sc)
     lay = decode.layers(model, sc.setup.weights)
     k, n = lay.expert_use
-    touched = float(routing.touched_share(n, k, batch, sc.setup.routing.effective_experts))
-    read = table.nbytes * np.where(table.routed, touched, 1.0)  # bytes a step reads per tensor
+    read = _read_bytes(sc, table, batch)  # bytes a step reads per tensor
     flops = 2 * batch * table.params * np.where(table.routed, k / n, 1.0)
     w_gpu = table.by_position(read, on_gpu)
     w_cpu = table.by_position(read, ~on_gpu)
@@ -262,7 +292,7 @@ def _step_parts_at(sc: Scenario, batch: float) -> Callable[[np.ndarray], dict[st
     attn_per_token = lay.attn_flops[pos_class]
     gpu_att = np.where(kv_gpu_layer, 1.0, 0.0)
     hbm, att_bw = system.gpu.streaming_bandwidth, system.gpu.attention_rate
-    host_bw, host_flops = system.host.memory_bandwidth.value, system.host.flops.value
+    host_bw, host_flops = host_read_rate(sc), system.host.flops.value
     cpu_rate_w = cpu_weight_rate(sc)
     ups, downs = _hand_overs(sc, table, on_gpu)
     activations = batch * model.hidden * 4  # llama.cpp's activations are f32
@@ -337,10 +367,18 @@ def predict(sc: Scenario) -> Prediction:
     ttft = float(decode.ttft(on_gpu_setup, sc.prompt, sc.batch)) + streamed / system.copy_rate(
         "h2d", pinned=sc.pinned_or(True)
     )
+    # mmap: weights past host capacity stay file pages, read back from disk every step
+    paged = paged_bytes(sc, w_cpu, kv_cpu)
+    if paged:
+        step_read = float(_read_bytes(sc, table, sc.batch)[~on_gpu].sum()) / w_cpu
+        disk_s = paged * step_read / system.storage.read_bandwidth.value
+        tpot = tpot + disk_s
+    else:
+        disk_s = 0.0
     mem = decode.Memory(
         gpu=np.asarray(w_gpu + kv_gpu),
-        cpu=np.asarray(w_cpu + kv_cpu),
-        disk=np.asarray(0.0),
+        cpu=np.asarray(w_cpu + kv_cpu - paged),
+        disk=np.asarray(paged),
         staging=np.asarray(0.0),
     )
     first = int(np.argmax(layer_on_gpu)) if layer_on_gpu.any() else model.n_layers + 1
@@ -373,7 +411,7 @@ def predict(sc: Scenario) -> Prediction:
             "cpu": float(cpu_s),
             "h2d": float(link_s),
             "d2h": 0.0,
-            "disk_read": 0.0,
+            "disk_read": float(disk_s),
             "disk_write": 0.0,
         },
         memory=mem,
@@ -403,8 +441,13 @@ def predict(sc: Scenario) -> Prediction:
                 if b
             },
         },
-        policy="; ".join([f"-ngl {ngl}: {where}", *moved, kv_where]),
+        policy="; ".join([f"-ngl {ngl}: {where}", *moved, kv_where, *_paging(paged)]),
     )
+
+
+def _paging(paged: float) -> list[str]:
+    """Return, when mmap leaves weights on disk, the policy's words for it."""
+    return [f"mmap: {format_bytes(paged)} of weights read from disk each step"] if paged else []
 
 
 def tensor_groups_summary(table: TensorTable, on_gpu: np.ndarray, layer_on_gpu: np.ndarray) -> str:
