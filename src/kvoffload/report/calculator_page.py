@@ -31,7 +31,9 @@ _OVERLAP = {
 
 # the browser modules under report/calculator/, in the order they run: each defines one global
 MODEL_MODULES = ("format.js", "model.js", "chart.js")  # the step model and its chart: shared
-CALCULATOR_MODULES = (*MODEL_MODULES, "form.js", "scenario.js", "ui.js")
+CALCULATOR_MODULES = (*MODEL_MODULES, "reuse.js", "form.js", "scenario.js", "ui.js")
+# where the cached blocks are when the request arrives (model/reuse.py's TIERS)
+_TIER_NAMES = {"gpu": "GPU memory (still there)", "cpu": "host memory", "disk": "disk"}
 
 
 def _asset(name: str) -> str:
@@ -79,6 +81,49 @@ def _split(group: str, label: str, cpu: str) -> str:
 
 def _out(key: str, tag: str = "span") -> str:
     return f'<{tag} data-kvo-out="{escape(key)}"></{tag}>'
+
+
+def _reuse_fieldset(data: dict[str, Any]) -> str:
+    """Return the form's reuse question: the engine's rule, the cached tokens, their tier."""
+    r = data["reuse"]
+    rules = {"off": "off: leave the question out", **{x["key"]: x["label"] for x in r["rules"]}}
+    tiers = {t: _TIER_NAMES.get(t, t) for t in r["tiers"]}
+    first = r["rules"][0]["reload"]
+    return f"""
+  <fieldset>
+    <legend>Prefix reuse</legend>
+    {_select("kvo-reuse-rule", "Engine's prefix cache", rules)}
+    <p class="kvo-note">vLLM's native connector: hits are whole blocks of {first["block_tokens"]}
+    tokens, one DMA copy per block spanning every layer, loaded before the request's prefill plus
+    one scheduler step per hit. vLLM places the rest itself: the weights' host share as
+    <code>cpu_offload_gb</code>, the KV on the GPU.</p>
+    <div class="kvo-grid2">
+      {_number_field("kvo-reuse-cached", "Cached prompt tokens", "120000")}
+      {_select("kvo-reuse-tier", "Where they are", tiers)}
+      {_number_field("kvo-reuse-host", "Host memory for the cache (GiB)", "32")}
+    </div>
+  </fieldset>"""
+
+
+def _reuse_results() -> str:
+    """Return the results' reuse section: TTFT with the hit and without, break-even, sessions."""
+    return f"""
+  <div id="kvo-reuse-results">
+  <h2>Prefix reuse</h2>
+  <p id="kvo-reuse-problems" class="kvo-problems" hidden></p>
+  <span class="kvo-visually-hidden">{_out("reuse_error")}</span>
+  <table class="kvo-table"><tbody>
+    <tr><th scope="row">TTFT with the hit</th><td class="kvo-num">{_out("reuse_ttft_ms")}</td></tr>
+    <tr><th scope="row">TTFT recomputed</th><td class="kvo-num">{_out("reuse_recompute_ms")}</td></tr>
+    <tr class="kvo-sub"><th scope="row">tokens reloaded</th><td class="kvo-num">{_out("reuse_hit_tokens")}</td></tr>
+    <tr class="kvo-sub"><th scope="row">reload time</th><td class="kvo-num">{_out("reuse_load_ms")}</td></tr>
+    <tr><th scope="row">Break-even prompt</th><td class="kvo-num">{_out("reuse_break_even_tokens")}</td></tr>
+    <tr><th scope="row">Sessions the host cache holds</th><td class="kvo-num">{_out("reuse_sessions")}</td></tr>
+  </tbody></table>
+  <p class="kvo-note">TTFT of the batch on the engine's own placement, so the recomputed TTFT
+  may differ from the one above. Break-even: the shortest prompt, cached but for its last block,
+  whose reload beats recomputing it. A session keeps the KV of its context and its answer.</p>
+  </div>"""
 
 
 def page_html(data: dict[str, Any]) -> str:
@@ -135,6 +180,7 @@ def page_html(data: dict[str, Any]) -> str:
     <label class="kvo-check"><input type="checkbox" id="kvo-pinned" checked>
       <span>Pinned host buffers (unticked: copies run at the pageable rate)</span></label>
   </fieldset>
+  {_reuse_fieldset(data)}
 </form>"""
     results = f"""
 <section class="kvo-results" aria-live="polite">
@@ -175,11 +221,14 @@ def page_html(data: dict[str, Any]) -> str:
   <table class="kvo-table"><tbody>{streams}</tbody></table>
   <h2>TPOT under each overlap mode</h2>
   <table class="kvo-table"><tbody>{modes}</tbody></table>
+  {_reuse_results()}
   <details class="kvo-scenario-box">
     <summary>The same scenario for <code>kvoffload predict</code></summary>
     <p class="kvo-note">Save it as <code>scenario.yaml</code> and run
     <code>kvoffload predict scenario.yaml --json</code>: the package gives the same figures.</p>
     <pre id="kvo-scenario"></pre>
+    <p class="kvo-note">The reuse question, on its engine's prefix cache (its own placement):</p>
+    <pre id="kvo-reuse-scenario"></pre>
   </details>
 </section>"""
     about = """
@@ -197,6 +246,10 @@ def page_html(data: dict[str, Any]) -> str:
   expert caches (routing here is uniform), several GPUs as separate devices, and the engines
   that place things by their own rules (llama.cpp, vLLM, FlexGen, ZeRO-Inference, Accelerate,
   InfLLM). For those, write a scenario file and run <code>kvoffload predict</code>.</p>
+  <p>The reuse question is the one exception: it runs on vLLM's own prefix cache and placement
+  (<code>src/kvoffload/model/reuse.py</code> with the rule <code>engines/each/vllm.py</code>
+  builds), and prints its own scenario; a test holds it to the package at two hundred random
+  points.</p>
 </section>"""
     return f"""<!DOCTYPE html>
 <html lang="en">

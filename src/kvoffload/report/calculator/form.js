@@ -1,7 +1,8 @@
 /*
  * The calculator page's form: its controls, the machine's figures in the fields, the inputs read
- * and checked (each problem a sentence, with spec/hardware.py's ranges), and the setup the step
- * model evaluates. Exposes window.KvoForm.create(data, model), model being KvoModel.create(data).
+ * and checked (each problem a sentence, with spec/hardware.py's ranges), the reuse question's
+ * inputs, and the setup the step model evaluates. Exposes window.KvoForm.create(data, model),
+ * model being KvoModel.create(data).
  */
 (function () {
   "use strict";
@@ -78,6 +79,8 @@
       $("kvo-model").value = "llama-3.1-8b";
       $("kvo-weights-format").value = "bf16";
       $("kvo-kv-format").value = "bf16";
+      $("kvo-reuse-rule").value = data.reuse.rules[0].key;
+      $("kvo-reuse-tier").value = "cpu";
       fillFigures();
       modelNote();
     }
@@ -177,6 +180,40 @@
       };
     }
 
+    // The reuse question's inputs and the problems with them, as the package refuses the scenario
+    // calculator_data.reuse_scenario_for writes (engines/prefix_cache.py check, vLLM's options).
+    function readReuse(inp) {
+      const R = data.reuse;
+      const key = $("kvo-reuse-rule").value;
+      const rule = R.rules.find((r) => r.key === key) || null;
+      const cached = readNumber("kvo-reuse-cached");
+      const hostGib = readNumber("kvo-reuse-host");
+      const tier = $("kvo-reuse-tier").value;
+      const problems = [];
+      if (rule === null) return { rule: null, cached: cached, tier: tier, hostGib: hostGib, problems: problems };
+      if (inp.weights.disk > 0) {
+        problems.push(rule.label + " keeps no weights on disk: give their disk share to host memory.");
+      }
+      if (!(Number.isInteger(cached) && cached >= 0 && cached <= R.max_cached_tokens)) {
+        problems.push("Cached tokens: a whole number from 0 to " + R.max_cached_tokens.toLocaleString("en-US") + ".");
+      } else if (Number.isInteger(inp.prompt) && cached > inp.prompt) {
+        problems.push("Cached tokens: at most the context's " + inp.prompt.toLocaleString("en-US") + " prompt tokens.");
+      }
+      if (!(hostGib >= 0 && hostGib <= R.max_host_gib)) {
+        problems.push("Host memory for the cache: a number of GiB from 0 to " + R.max_host_gib.toLocaleString("en-US") + ".");
+      } else if (hostGib * R.gib > inp.figures.host_memory) {
+        problems.push(
+          "Host memory for the cache: " + F.formatBytes(hostGib * R.gib) + " is more than the machine's " +
+            F.formatBytes(inp.figures.host_memory) + "."
+        );
+      } else if (tier !== "gpu" && !rule.tiers.includes(tier)) {
+        problems.push(rule.label + " has no " + (tier === "disk" ? "disk tier." : "host tier."));
+      } else if (tier === "cpu" && !(hostGib > 0)) {
+        problems.push("The host tier holds nothing: give it some GiB of host memory.");
+      }
+      return { rule: rule, cached: cached, tier: tier, hostGib: hostGib, problems: problems };
+    }
+
     // the setup the step model evaluates for the inputs (overrides: shares to use instead)
     function setupOf(inp, overrides) {
       return M.setupOf(
@@ -225,6 +262,15 @@
         $("kvo-" + group + "-disk").value = String(inputs[group].disk * 100);
       }
       if (inputs.pinned !== undefined) $("kvo-pinned").checked = Boolean(inputs.pinned);
+      const r = inputs.reuse;
+      if (r !== undefined) {
+        $("kvo-reuse-rule").value = r === null ? "off" : r.rule;
+        if (r !== null) {
+          $("kvo-reuse-cached").value = String(r.cached_tokens);
+          $("kvo-reuse-tier").value = r.tier;
+          $("kvo-reuse-host").value = String(r.host_cache_gib);
+        }
+      }
       form.dispatchEvent(new Event("input", { bubbles: true }));
     }
 
@@ -234,6 +280,7 @@
       fillFigures: fillFigures,
       modelNote: modelNote,
       readInputs: readInputs,
+      readReuse: readReuse,
       setupOf: setupOf,
       fill: fill,
     };

@@ -264,29 +264,39 @@
       return dot(lay.weight_bytes, lay.count);
     }
 
-    // decode.prefill_flops: matmuls plus causal attention over the prompt, windows respected
-    function prefillFlops(model, prompt, batch) {
+    // decode.prefill_flops: matmuls plus causal attention over the prompt, windows respected; the
+    // first `cached` tokens (a prefix-cache hit) skip the matmuls, their KV is still attended
+    function prefillFlops(model, prompt, batch, cached) {
+      const c = cached || 0;
       const lay = layers(model, "bf16");
+      const attended = (s, w) => {
+        const wf = Math.min(w, s);
+        return (wf * wf) / 2 + (s - wf) * wf;
+      };
       let total = 0;
       for (let i = 0; i < lay.count.length; i++) {
-        const wf = Math.min(lay.window[i], prompt);
-        const capped = (wf * wf) / 2 + (prompt - wf) * wf;
-        total += lay.count[i] * batch * (prompt * lay.dense_flops[i] + lay.attn_flops[i] * capped);
+        const w = lay.window[i];
+        const attn = c ? attended(prompt, w) - attended(c, w) : attended(prompt, w);
+        total += lay.count[i] * batch * ((prompt - c) * lay.dense_flops[i] + lay.attn_flops[i] * attn);
       }
       return total;
     }
 
-    // decode.ttft: compute-bound prefill, offloaded weights streamed in, the prompt's offloaded KV out
-    function ttft(setup, prompt, batch) {
+    // decode.ttft: compute-bound prefill, offloaded weights streamed in, the prompt's offloaded KV
+    // out; with `cached` tokens already in GPU memory, their KV read once and not written out
+    function ttft(setup, prompt, batch, cached) {
       const m = setup.machine;
       const w = setup.weights;
       const c = setup.kv;
       const weights = stepWeightBytes(setup.lay);
-      const total = kvTotal(setup, prompt, batch);
-      const compute = Math.max(
-        prefillFlops(setup.model, prompt, batch) / m.gpu_flops,
-        weights / m.gpu_bandwidth
-      );
+      let total = kvTotal(setup, prompt, batch);
+      let reads = weights / m.gpu_bandwidth;
+      if (cached) {
+        const prefix = kvTotal(setup, cached, batch) - kvTotal(setup, 0, batch);
+        reads += prefix / m.attention_bandwidth;
+        total -= prefix;
+      }
+      const compute = Math.max(prefillFlops(setup.model, prompt, batch, cached) / m.gpu_flops, reads);
       const rateIn = copyRate(m, "h2d", setup.pinned);
       const rateOut = copyRate(m, "d2h", setup.pinned);
       const wIn = (weights * (w.cpu + w.disk)) / rateIn + (weights * w.disk) / m.disk_read;
@@ -396,6 +406,9 @@
       tokenMean: tokenMean,
       memory: memory,
       ttft: ttft,
+      kvTotal: kvTotal,
+      copyRate: copyRate,
+      stepWeightBytes: stepWeightBytes,
       predictSetup: predictSetup,
     };
   }

@@ -1,6 +1,7 @@
 /*
  * The calculator's inputs as the scenario file `kvoffload predict` reads (YAML text): the catalog
- * machine by its id, or an inline profile with the reader's figures. Exposes window.KvoScenario.
+ * machine by its id, or an inline profile with the reader's figures; and the reuse question's, on
+ * its engine's prefix cache. Exposes window.KvoScenario.
  */
 (function () {
   "use strict";
@@ -66,5 +67,28 @@
     return lines.join("\n") + "\n";
   }
 
-  window.KvoScenario = { text: scenarioText };
+  // studies/calculator_data.reuse_scenario_for, as YAML: the same machine, model and workload on
+  // the rule's engine, its options (the weights' host GiB, the host tier's GiB) and the reuse: block
+  function reuseText(inp, reuse, weightsGib) {
+    const rule = reuse.rule;
+    const options = Object.assign({}, rule.options);
+    options[rule.weights_option] = weightsGib;
+    options[rule.size_option] = reuse.hostGib;
+    const pairs = Object.entries(options).map(([k, v]) => k + ": " + v);
+    const lines = inp.edited.length ? profileYaml(inp.figures) : ["hardware: " + inp.machineId];
+    lines.push(
+      "model: " + inp.model.id,
+      "engine: " + rule.engine,
+      "precision: {weights: " + inp.weightsFormat + ", kv: " + inp.kvFormat + "}",
+      "workload: {batch: " + inp.batch + ", prompt: " + inp.prompt + ", generate: " + inp.generate + "}",
+      "pinned: " + inp.pinned,
+      "options: {" + pairs.join(", ") + "}",
+      "reuse:",
+      "  cached_tokens: " + reuse.cached,
+      "  tier: " + reuse.tier
+    );
+    return lines.join("\n") + "\n";
+  }
+
+  window.KvoScenario = { text: scenarioText, reuseText: reuseText };
 })();

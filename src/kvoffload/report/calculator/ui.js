@@ -8,6 +8,7 @@
 
   const data = JSON.parse(document.getElementById("kvo-calc-data").textContent);
   const M = window.KvoModel.create(data);
+  const RU = window.KvoReuse.create(data, M);
   const form = window.KvoForm.create(data, M);
   const KvoScenario = window.KvoScenario;
   const { nf, formatMs, formatBytes } = window.KvoFormat;
@@ -71,8 +72,10 @@
       : "";
     $("kvo-machine-note").textContent = inp.machineName + edited + ".";
     $("kvo-scenario").textContent = KvoScenario.text(inp);
+    const reuse = form.readReuse(inp);
     if (inp.problems.length) {
       clearOutputs(inp.problems);
+      $("kvo-reuse-scenario").textContent = "";
       return;
     }
     $("kvo-problems").hidden = true;
@@ -120,6 +123,43 @@
       " · bound by " + data.stream_names[r.bottleneck];
     memoryBars(r);
     drawChart(inp, setup, r);
+    updateReuse(inp, reuse);
+  }
+
+  // The reuse question: TTFT with the hit and recomputed on the rule's engine, the break-even
+  // prompt, and the sessions the host tier holds (one session: the context and its answer)
+  function updateReuse(inp, reuse) {
+    const keys = ["reuse_ttft_ms", "reuse_recompute_ms", "reuse_hit_tokens", "reuse_load_ms",
+      "reuse_break_even_tokens", "reuse_sessions"];
+    for (const key of keys) put(key, "—", "");
+    $("kvo-reuse-results").hidden = reuse.rule === null;
+    put("reuse_error", reuse.problems.join(" "));
+    const box = $("kvo-reuse-problems");
+    box.textContent = reuse.problems.join(" ");
+    box.hidden = reuse.problems.length === 0;
+    $("kvo-reuse-scenario").textContent = "";
+    if (reuse.rule === null || reuse.problems.length) return;
+    const rule = reuse.rule.reload;
+    const weightsGib = (inp.weights.cpu * M.stepWeightBytes(M.layers(inp.model, inp.weightsFormat))) / data.reuse.gib;
+    $("kvo-reuse-scenario").textContent = KvoScenario.reuseText(inp, reuse, weightsGib);
+    const setup = RU.vllmSetup(form.setupOf(inp), weightsGib);
+    const hit = RU.ttftWithPrefix(setup, inp.prompt, reuse.cached, reuse.tier, rule, inp.batch);
+    // prefix_cache.apply: with no whole block cached, the request is the recomputed one
+    const ttft = hit.hitTokens ? hit.ttft : hit.recompute;
+    put("reuse_ttft_ms", formatMs(ttft), ttft * 1e3);
+    put("reuse_recompute_ms", formatMs(hit.recompute), hit.recompute * 1e3);
+    put("reuse_hit_tokens", hit.hitTokens.toLocaleString("en-US") + " tokens", hit.hitTokens);
+    put("reuse_load_ms", formatMs(hit.load), hit.load * 1e3);
+    const grid = reuse.rule.break_even_grid;
+    const even = RU.breakEvenPrompt(setup, reuse.tier, rule, inp.batch, grid);
+    put(
+      "reuse_break_even_tokens",
+      even ? even.toLocaleString("en-US") + " tokens" : "never, up to " + grid[grid.length - 1].toLocaleString("en-US") + " tokens",
+      even
+    );
+    const host = reuse.hostGib * data.reuse.gib;
+    const sessions = RU.sessionsThatFit(setup, host, inp.prompt + inp.generate);
+    put("reuse_sessions", sessions.toLocaleString("en-US") + " in " + nf(4).format(reuse.hostGib) + " GiB", sessions);
   }
 
   // TPOT against the context for the reader's placement and for everything on the GPU; a
@@ -171,6 +211,7 @@
     const out = {};
     for (const el of document.querySelectorAll("[data-kvo-out]")) out[el.dataset.kvoOut] = el.dataset.value;
     out.scenario = $("kvo-scenario").textContent;
+    out.reuse_scenario = $("kvo-reuse-scenario").textContent;
     return out;
   }
 
