@@ -6,7 +6,9 @@ test sets the inputs as a reader would and reads every figure the page shows (TP
 TPOT per overlap mode, each stream, memory per tier and its capacity, the fit, the bottleneck,
 a refusal), then predicts the same scenario with ``kvoffload.engines.scenario``. Chapter 03's
 try-it widget, which runs the same model.js, is driven through its sliders the same way and held
-to ``decode.tpot``.
+to ``decode.tpot``. The reuse question (cached tokens, their tier, vLLM's native connector) is held
+to the vLLM scenario the page prints: its TTFT with the hit and recomputed, as ``kvoffload
+predict`` gives them, the break-even prompt and the sessions the host tier holds.
 """
 
 from __future__ import annotations
@@ -19,21 +21,29 @@ import msgspec
 import pytest
 import yaml
 
+from kvoffload.engines.registry import ENGINES
 from kvoffload.engines.scenario import parse_scenario, predict
-from kvoffload.model import decode, kv
+from kvoffload.model import decode, kv, reuse
 from kvoffload.model.prediction import shortfalls
 from kvoffload.report import calculator_page, tpot_widget
 from kvoffload.spec.errors import InputError
 from kvoffload.spec.hardware import load_system, system_ids
 from kvoffload.spec.models import load_model, model_ids
-from kvoffload.spec.precision import KvFormat, WeightFormat
+from kvoffload.spec.precision import KvFormat
 from kvoffload.studies import decode_step
-from kvoffload.studies.calculator_data import FIGURES, machine_figures, scenario_for
+from kvoffload.studies.calculator_data import (
+    FIGURES,
+    WEIGHT_FORMATS,
+    machine_figures,
+    reuse_scenario_for,
+    scenario_for,
+)
 from tests.support.browser import ARGS, block_offhost, require_chromium, serve
 
 pytestmark = pytest.mark.slow
 
 POINTS = 1000
+REUSE_POINTS = 400
 TOLERANCE = 1e-3  # the issue's 0.1%
 
 
@@ -109,7 +119,7 @@ def _point(rng: random.Random, models: dict) -> dict:
         "machine": machine,
         "figures": _figures(rng, machine) if rng.random() < 0.35 else {},
         "model": model,
-        "weights_format": rng.choice(list(WeightFormat)).value,
+        "weights_format": rng.choice(WEIGHT_FORMATS).value,
         "kv_format": rng.choice(list(KvFormat)).value,
         "prompt": prompt,
         "generate": generate,
@@ -233,6 +243,85 @@ def test_the_page_matches_the_package_at_a_thousand_random_points(page):
     assert seen["overlap"] == set(decode.OVERLAP_MODES)
     assert seen["custom"] >= 200
     assert scenario_checks >= 50
+
+
+def _reuse_point(rng: random.Random, models: dict) -> dict:
+    """Return a page point with a reuse question: a share of the prompt cached in a tier."""
+    point = _point(rng, models)
+    share = rng.choice([0.0, 1.0, rng.uniform(0, 1), rng.uniform(0.9, 1)])
+    host = load_system(point["machine"]).host_memory
+    figures = point["figures"]
+    if figures.get("host_memory"):
+        host = figures["host_memory"]
+    fits = _log_uniform(rng, 1, host / 2**30 * 0.95)
+    gib = rng.choice([0, fits, fits, fits, fits, fits, host / 2**30 * 1.5])
+    point["reuse"] = {
+        "rule": "vllm-native",
+        "cached_tokens": int(point["prompt"] * share) + (rng.random() < 0.03),
+        "tier": rng.choice(["gpu", "gpu"] + ["cpu"] * 7 + ["disk"]),
+        "host_cache_gib": round(gib, 3),
+    }
+    if rng.random() < 0.9:  # vLLM keeps no weights on disk: the rest are refused
+        point["weights"] = {**point["weights"], "disk": 0.0}
+        point["weights"]["gpu"] = 1 - point["weights"]["cpu"]
+    return point
+
+
+def _expected_reuse(point: dict) -> dict | None:
+    """Return the package's reuse answer for a point (None: it refuses the reuse scenario)."""
+    try:
+        sc = parse_scenario(reuse_scenario_for(point))
+    except InputError:
+        return None
+    p = predict(sc, check=False)  # what `kvoffload predict` prints, in process
+    rule = ENGINES[sc.engine].prefix_cache.rule(sc)
+    tier = sc.reuse.tier
+    one = float(reuse.cache_bytes(rule.setup, sc.prompt + sc.generate))
+    return {
+        "reuse_ttft_ms": p.ttft_s * 1e3,
+        "reuse_recompute_ms": p.ttft_recompute_s * 1e3,
+        "reuse_hit_tokens": p.reuse.hit_tokens,
+        "reuse_load_ms": p.reuse.load_s * 1e3,
+        "reuse_break_even_tokens": reuse.break_even_prompt(rule.setup, tier, rule.reload, sc.batch),
+        "reuse_sessions": int(point["reuse"]["host_cache_gib"] * 2**30 // one),
+    }
+
+
+def test_the_reuse_answer_matches_the_package_at_random_points(page):
+    pg, errors, offhost = page
+    rng = random.Random(24)
+    models = {m: load_model(m) for m in model_ids()}
+    points = [_reuse_point(rng, models) for _ in range(REUSE_POINTS)]
+    shown = pg.evaluate("points => points.map(p => window.kvoCalc.set(p))", points)
+    assert not errors, errors
+    assert not offhost, offhost
+    seen = {"checked": 0, "refused": 0, "tiers": set(), "hit": 0, "never": 0, "scenarios": 0}
+    for i, (point, got) in enumerate(zip(points, shown, strict=True)):
+        where = f"point {i}: {point}"
+        if _expected(point) is None:  # the page's own inputs are refused: nothing to ask
+            assert got["error"], where
+            continue
+        want = _expected_reuse(point)
+        if want is None:
+            assert got["reuse_error"], f"{where}: the package refuses it, the page does not"
+            seen["refused"] += 1
+            continue
+        assert not got["reuse_error"], f"{where}: the page refuses it: {got['reuse_error']}"
+        for key, value in want.items():
+            assert _close(float(got[key]), value), f"{where}: {key} {got[key]} != {value}"
+        seen["checked"] += 1
+        seen["tiers"].add(point["reuse"]["tier"])
+        seen["hit"] += want["reuse_hit_tokens"] > 0
+        seen["never"] += want["reuse_break_even_tokens"] == 0
+        # the reuse scenario the page prints is the one the package answered
+        if i % 8 == 0:
+            sc = parse_scenario(yaml.safe_load(got["reuse_scenario"]))
+            p = predict(sc, check=False)
+            assert _close(p.ttft_s * 1e3, want["reuse_ttft_ms"]), where
+            seen["scenarios"] += 1
+    assert seen["checked"] >= 200 and seen["refused"] >= 20, seen
+    assert seen["tiers"] == {"gpu", "cpu"} and seen["hit"] >= 60, seen
+    assert seen["scenarios"] >= 20, seen
 
 
 def test_the_page_fits_a_phone_and_draws_its_chart(page):
