@@ -1,0 +1,304 @@
+"""KTransformers: routed experts on the CPU, attention (MLA) and shared experts on the GPU.
+
+Rules read in kvcache-ai/ktransformers at 95009ea6856c0799e517e93cb12be5e8494bc7ce (the
+single-request engine, now under ``archive/ktransformers/``):
+
+- Placement is the optimize rule (``--optimize_config_path``, e.g.
+  ``optimize/optimize_rules/DeepSeek-V3-Chat.yaml``): every ``torch.nn.Linear`` of the layers
+  (attention, shared experts, dense MLPs) and ``lm_head`` on ``cuda`` (``KLinearMarlin``), the
+  attention ``KDeepseekV2Attention`` (MLA) on the GPU, and ``mlp.experts`` replaced by
+  ``KTransformersExperts`` with ``generate_device: "cpu"``, ``generate_op: "KExpertsCPU"``:
+  every routed expert lives in host memory and runs on the CPU. The rule's ``backend`` kwarg
+  picks the CPU kernel: ``llamafile`` (default; the GGUF's own quantisation) or ``AMXInt8`` /
+  ``AMXBF16`` (``DeepSeek-V3-Chat-amx.yaml``; the experts repacked to int8 or bf16).
+- Prefill runs on the CPU experts too: ``KTransformersExperts.load`` defaults to
+  ``InferenceState.GENERATE`` (operators/experts.py), so the ``KExpertsTorch`` prefill op on
+  ``cuda`` is never loaded; the prompt goes through in chunks of ``chunk_size`` (local_chat.py,
+  default 8192), each chunk reading the experts it routes to once.
+- Decode: ``KDeepseekV3MoE.forward`` calls ``submit_for_one_decode`` (the hidden state copied to a
+  pinned bf16 host buffer, the CPU threads started), runs the shared experts on the GPU meanwhile,
+  then ``sync_for_one_decode`` (the experts' output back to the GPU): per MoE layer one hidden
+  state each way over the link, and the shared experts hidden behind the CPU experts.
+- ``cpu_infer`` threads run the experts (``CPUInfer(Config().cpu_infer)``); its default is the
+  physical cores less 3 (server/config/config.py). With ``USE_NUMA=1`` at build the experts are
+  copied onto every NUMA node (doc/en/DeepseekR1_V3_tutorial.md, "Some Explanations"): each
+  socket streams its own DRAM, at the cost of one copy per socket.
+- AMX or AVX-512: the kernel is chosen by arithmetic intensity, AMX when each expert sees more
+  than 4 tokens on average, AVX-512 for decode and short prefill (doc/en/AMX.md).
+
+Decode streams the touched experts at the CPU's matvec rate for their format (model/cpu_rate.py);
+prefill computes them at the host's FLOP rate, or at the AMX kernel's published rate
+(catalog/engine_constants.yaml, ``ktransformers``), never faster than the experts stream. The GPU
+part is the step model: its weights at the GPU's streaming bandwidth, attention over the KV cache.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Annotated, Literal
+
+import numpy as np
+from msgspec import Meta
+
+from kvoffload.engines.spec import EngineSpec
+from kvoffload.model import cpu_rate, decode, kv, routing, tensor_groups
+from kvoffload.model.prediction import Prediction, Resolved, Scenario
+from kvoffload.spec import catalog
+from kvoffload.spec.errors import FieldError, InputError
+from kvoffload.spec.precision import WeightFormat
+from kvoffload.spec.text import Strict
+
+# the optimize rules shipped in optimize/optimize_rules/ and the expert backend each one names
+RULES = {
+    "DeepSeek-V3-Chat.yaml": "llamafile",
+    "DeepSeek-V3-Chat-amx.yaml": "AMXInt8",
+    "DeepSeek-V2-Chat.yaml": "llamafile",
+    "DeepSeek-V2-Lite-Chat.yaml": "llamafile",
+    "Qwen3Moe-serve.yaml": "llamafile",
+    "Qwen3Moe-serve-amx.yaml": "AMXInt8",
+    "Mixtral.yaml": "llamafile",
+}
+Backend = Literal["llamafile", "AMXInt8", "AMXBF16"]
+_AMX_FORMAT = {"AMXInt8": WeightFormat.INT8, "AMXBF16": WeightFormat.BF16}
+AMX_MIN_TOKENS_PER_EXPERT = 4  # doc/en/AMX.md: AMX above 4 tokens per expert, else AVX-512
+HIDDEN_BYTES = 2  # the pinned bf16 host buffer of the hidden state (KExpertsCPU.input_tensor_cpu)
+
+
+@cache
+def constants() -> dict:
+    """Return KTransformers' engine constants with their sources (catalog/engine_constants.yaml)."""
+    return catalog.load("engine_constants")["ktransformers"]
+
+
+class Options(Strict, frozen=True):
+    """KTransformers' own flags (local_chat.py / server), as a scenario's ``options:``."""
+
+    optimize_config_path: str = "DeepSeek-V3-Chat.yaml"  # a rule file name
+    backend: Backend | None = None  # the rule's experts ``backend:`` kwarg; None: the rule's
+    cpu_infer: Annotated[int, Meta(ge=1, le=1024)] | None = None  # None: physical cores - 3
+    use_numa: bool = False  # built with USE_NUMA=1: experts copied onto every socket
+    chunk_size: Annotated[int, Meta(ge=1, le=1_048_576)] = 8192
+    max_new_tokens: Annotated[int, Meta(ge=1, le=1_048_576)] = 1000
+    cache_lens: Annotated[int, Meta(ge=1, le=16_777_216)] | None = None
+
+    def __post_init__(self) -> None:
+        name = self.optimize_config_path.rsplit("/", 1)[-1]
+        if name not in RULES:
+            raise FieldError(
+                "optimize_config_path",
+                f"{name!r} is not a known optimize rule; rules: {', '.join(RULES)}",
+            )
+
+
+def backend(o: Options) -> str:
+    """Return the CPU expert backend: the option, else the one the optimize rule names."""
+    return o.backend or RULES[o.optimize_config_path.rsplit("/", 1)[-1]]
+
+
+def expert_format(sc: Scenario) -> WeightFormat:
+    """Return the format the experts are held in: the GGUF's, or AMX's int8 / bf16 repacking."""
+    return _AMX_FORMAT.get(backend(sc.options), sc.setup.weights)
+
+
+def threads(sc: Scenario) -> int:
+    """Return the CPU threads (``cpu_infer``; default the physical cores less 3, at least 1)."""
+    if sc.options.cpu_infer is not None:
+        return sc.options.cpu_infer
+    return max((sc.system.host.cores or 4) - 3, 1)
+
+
+def _numa(sc: Scenario) -> str | None:
+    return "distribute" if sc.options.use_numa and sc.system.host.sockets > 1 else None
+
+
+def expert_stream_rate(sc: Scenario) -> float:
+    """Return the rate (B/s) the CPU streams expert weights in decode (the matvec kernels)."""
+    return cpu_rate.weight_stream_rate(sc.system.host, expert_format(sc), threads(sc), _numa(sc))
+
+
+def expert_compute_rate(sc: Scenario, tokens_per_expert: float) -> float:
+    """Return the CPU's FLOP/s on the experts: AMX's fitted rate per core, else the host's."""
+    host = sc.system.host
+    name = backend(sc.options)
+    if name == "llamafile" or tokens_per_expert <= AMX_MIN_TOKENS_PER_EXPERT:
+        return host.flops.value
+    per_core = float(constants()[f"amx_{name[3:].lower()}_per_core"]["value"]) * 1e9
+    cores = cpu_rate.thread_cores(host, _numa(sc)) or threads(sc)
+    return per_core * min(threads(sc), cores)
+
+
+def _refuse_lengths(sc: Scenario) -> None:
+    o = sc.options
+    if sc.generate > o.max_new_tokens:
+        raise InputError(
+            f"options.max_new_tokens is {o.max_new_tokens} but the scenario generates "
+            f"{sc.generate} tokens"
+        )
+    if o.cache_lens is not None and sc.prompt + sc.generate > o.cache_lens:
+        raise InputError(
+            f"options.cache_lens is {o.cache_lens} tokens but the prompt and output need "
+            f"{sc.prompt + sc.generate}"
+        )
+
+
+def _parts(sc: Scenario) -> dict:
+    """Return the per-position bytes and FLOPs of the GPU part and the CPU experts."""
+    model, fmt = sc.model, sc.setup.weights
+    table = tensor_groups.tensor_table(model, fmt)
+    experts = tensor_groups.tensor_table(model, expert_format(sc))
+    routed = table.routed
+    shared = table.group == tensor_groups.GROUPS.index("shared_experts")
+    lay = decode.layers(model, fmt)
+    k, n = lay.expert_use
+    return {
+        "table": table,
+        "routed": routed,
+        "shared": shared,
+        "k_n": (k, n),
+        "expert_bytes": experts.by_position(experts.nbytes, experts.routed),
+        "expert_params": table.by_position(table.params, routed),
+        "moe_layers": int(np.count_nonzero(table.by_position(table.nbytes, routed))),
+        "lay": lay,
+    }
+
+
+def predict(sc: Scenario) -> Prediction:
+    """Return KTransformers' time per token, prefill and memory for the scenario."""
+    _refuse_lengths(sc)
+    system, model, o = sc.system, sc.model, sc.options
+    p = _parts(sc)
+    table, routed, shared, lay = p["table"], p["routed"], p["shared"], p["lay"]
+    k, n = p["k_n"]
+    batch = sc.batch
+    touched = float(routing.touched_share(n, k, batch, sc.setup.routing.effective_experts))
+    w_gpu = table.by_position(table.nbytes, ~routed & ~shared)
+    w_shared = table.by_position(table.nbytes, shared)
+    f_gpu = 2 * batch * table.by_position(table.params, ~routed)
+    cpu_s = p["expert_bytes"] * touched / expert_stream_rate(sc)
+    hbm, att_bw = system.gpu.streaming_bandwidth, system.gpu.attention_rate
+    pos_class = np.array(lay.order)
+    window = lay.window[pos_class]  # one class per position, the output layer's included
+    kvb = lay.kv_per_token[pos_class] * float(
+        kv.attention_layer_token_bytes(sc.setup.cache_model, sc.setup.kv)
+    )
+    attn_per_token = lay.attn_flops[pos_class]
+    hidden = batch * model.hidden * HIDDEN_BYTES
+    link = p["moe_layers"] * (
+        hidden / system.copy_rate("h2d", pinned=True)
+        + hidden / system.copy_rate("d2h", pinned=True)
+        + 2 * system.link.latency.value
+    )
+
+    def per_token(_point: np.ndarray, context: np.ndarray) -> np.ndarray:
+        held = np.minimum(np.asarray(context, dtype=np.float64)[..., None], window)
+        kv_bytes = batch * held * kvb
+        gpu = np.maximum(
+            w_gpu / hbm + kv_bytes / att_bw,
+            (f_gpu + batch * held * attn_per_token) / system.compute_rate,
+        )
+        # the shared experts run on the GPU while the CPU computes the routed ones
+        moe = np.maximum(w_shared / hbm, cpu_s)
+        g = gpu.sum(axis=-1)
+        c = np.broadcast_to(moe.sum(), np.shape(g))
+        return np.stack([g + c + link, g, c, np.broadcast_to(link, np.shape(g))])
+
+    tpot, gpu_t, cpu_t, link_t = decode.token_mean(per_token, sc.prompt, sc.generate, lay.window)
+    ttft = _prefill_s(sc, p)
+    final = sc.prompt + sc.generate
+    kv_total = float(kv.layer_bytes(sc.setup.cache_model, o.cache_lens or final, sc.setup.kv).sum())
+    copies = system.host.sockets if _numa(sc) else 1
+    host_bytes = float(p["expert_bytes"].sum()) * copies
+    gpu_bytes = float(table.nbytes[~routed].sum())
+    return Prediction(
+        scenario=sc,
+        tpot_s=float(tpot),
+        ttft_s=ttft,
+        streams_s={
+            "gpu": float(gpu_t),
+            "cpu": float(cpu_t),
+            "h2d": float(link_t),
+            "d2h": 0.0,
+            "disk_read": 0.0,
+            "disk_write": 0.0,
+        },
+        memory=decode.Memory(
+            gpu=np.asarray(gpu_bytes + kv_total * batch),
+            cpu=np.asarray(host_bytes),
+            disk=np.asarray(0.0),
+            staging=np.asarray(0.0),
+        ),
+        by_overlap_s={},
+        resolved=Resolved(
+            weights=decode.Split(
+                gpu_bytes / (gpu_bytes + host_bytes), host_bytes / (gpu_bytes + host_bytes), 0.0
+            ),
+            kv=decode.Split(),
+            attention="gpu",
+            overlap="none",
+            pinned=True,
+            weights_format=sc.setup.weights,
+            kv_format=sc.setup.kv,
+        ),
+        settings={
+            "optimize_config_path": o.optimize_config_path,
+            "backend": backend(o),
+            "experts_format": expert_format(sc).value,
+            "cpu_infer": threads(sc),
+            "use_numa": o.use_numa,
+            "chunk_size": o.chunk_size,
+            "expert_copies": copies,
+        },
+        policy=f"{o.optimize_config_path}: routed experts on the CPU ({backend(o)}, "
+        f"{threads(sc)} threads), attention, shared experts and the rest on the GPU",
+    )
+
+
+def _prefill_s(sc: Scenario, p: dict) -> float:
+    """Return the prefill time (s): chunks of ``chunk_size``, experts on the CPU, the rest on GPU."""
+    system, model = sc.system, sc.model
+    k, n = p["k_n"]
+    expert_params = float(p["expert_params"].sum())
+    total = 0.0
+    done = 0
+    while done < sc.prompt:
+        c = min(sc.options.chunk_size, sc.prompt - done)
+        tokens = c * sc.batch
+        flops_all = float(decode.prefill_flops(model, done + c, sc.batch, done))
+        expert_flops = 2 * tokens * expert_params * k / n
+        touched = float(routing.touched_share(n, k, tokens, sc.setup.routing.effective_experts))
+        stream = float(p["expert_bytes"].sum()) * touched / expert_stream_rate(sc)
+        cpu = max(expert_flops / expert_compute_rate(sc, tokens * k / n), stream)
+        gpu_bytes = float(p["table"].nbytes[~p["routed"]].sum())
+        gpu = max(
+            (flops_all - expert_flops) / system.compute_rate,
+            gpu_bytes / system.gpu.streaming_bandwidth,
+        )
+        hidden = tokens * model.hidden * HIDDEN_BYTES * p["moe_layers"]
+        link = hidden / system.copy_rate("h2d", pinned=True) + hidden / system.copy_rate(
+            "d2h", pinned=True
+        )
+        total += gpu + cpu + link
+        done += c
+    return total
+
+
+ENGINE = EngineSpec(
+    name="ktransformers",
+    options=Options,
+    predict=predict,
+    placement_option="options.optimize_config_path (and options.backend)",
+    pin_option=None,
+    refuses={
+        "attention": "KTransformers' optimize rules keep attention (MLA) and its KV cache on the "
+        "GPU; name another rule with options.optimize_config_path",
+        "overlap": "KTransformers overlaps the shared experts (GPU) with the routed ones (CPU) "
+        "and nothing else; use engine: generic to compare overlap modes",
+    },
+    routing_ignored=(
+        ("stream", "gpu_hit_rate"),
+        "KTransformers computes every routed expert on the CPU and never streams experts to the "
+        "GPU; choose the CPU kernel with options.optimize_config_path or options.backend",
+    ),
+    prefix_cache="KTransformers' single-request engine keeps no prefix cache across requests; "
+    "use engine: sglang or vllm for reuse:",
+)

@@ -1,0 +1,84 @@
+"""KTransformers: options bounded and refused in one line, experts bound by the host's memory."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvoffload.engines.each import ktransformers
+from kvoffload.engines.scenario import parse_scenario, predict
+from kvoffload.model import cpu_rate
+from kvoffload.spec.errors import InputError
+
+BASE = {
+    "hardware": "rtx-4090-2s-xeon-6454s",
+    "model": "deepseek-v3",
+    "precision": {"weights": "q4_k_m", "kv": "bf16"},
+    "engine": "ktransformers",
+    "workload": {"batch": 1, "prompt": 969, "generate": 300},
+}
+
+
+def _sc(options: dict | None = None, **workload: int):
+    raw = {**BASE, "options": options or {}, "workload": {**BASE["workload"], **workload}}
+    return parse_scenario(raw, name="kt")
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"cpu_infer": 0}, "cpu_infer"),
+        ({"cpu_infer": 5000}, "cpu_infer"),
+        ({"chunk_size": 0}, "chunk_size"),
+        ({"optimize_config_path": "Nope.yaml"}, "optimize_config_path"),
+        ({"backend": "avx2"}, "backend"),
+        ({"use_cuda": True}, "use_cuda"),
+    ],
+)
+def test_bad_options_are_refused_in_one_line_naming_the_field(options, field):
+    with pytest.raises(InputError) as e:
+        _sc(options)
+    assert field in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [({"max_new_tokens": 100}, "max_new_tokens"), ({"cache_lens": 1000}, "cache_lens")],
+)
+def test_lengths_past_the_engine_s_limits_are_refused(options, field):
+    with pytest.raises(InputError) as e:
+        predict(_sc(options))
+    assert field in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"use_numa": True, "cpu_infer": 65},
+        {"optimize_config_path": "DeepSeek-V3-Chat-amx.yaml"},
+    ],
+)
+def test_experts_on_the_cpu_never_beat_the_host_memory(options):
+    sc = _sc(options)
+    p = predict(sc)
+    parts = ktransformers._parts(sc)
+    k, n = parts["k_n"]
+    read = float(parts["expert_bytes"].sum()) * k / n  # at least the routed share per token
+    fastest = cpu_rate.host_stream_rate(sc.system.host, ktransformers.threads(sc), "distribute")
+    assert p.streams_s["cpu"] >= read / fastest * (1 - 1e-9)
+    assert p.memory.cpu >= float(parts["expert_bytes"].sum())
+
+
+def test_numa_copies_the_experts_onto_each_socket_and_streams_faster():
+    one, both = predict(_sc({"cpu_infer": 65})), predict(_sc({"cpu_infer": 65, "use_numa": True}))
+    assert float(both.memory.cpu) == pytest.approx(2 * float(one.memory.cpu))
+    assert both.tpot_s < one.tpot_s
+
+
+def test_the_amx_constants_are_the_published_kernel_rates_per_core():
+    c = ktransformers.constants()
+    assert c["amx_int8_per_core"]["value"] == pytest.approx(35e3 / 32)
+    assert c["amx_bf16_per_core"]["value"] == pytest.approx(21e3 / 32)
+    amx = predict(_sc({"optimize_config_path": "DeepSeek-V3-Chat-amx.yaml"}, prompt=4096))
+    plain = predict(_sc({}, prompt=4096))
+    assert amx.ttft_s < plain.ttft_s  # prefill faster with AMX
