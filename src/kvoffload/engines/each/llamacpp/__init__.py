@@ -1,0 +1,97 @@
+"""llama.cpp: weights live where their buffers are, and each op runs where its weights live.
+
+``--n-gpu-layers N`` puts the last N layers (counting the output layer) on the GPU
+(``i_gpu_start = n_layer + 1 - N`` in llama.cpp's layer placement); the token embeddings stay in
+host memory. Per-tensor overrides then move single tensors: ``-ot REGEX=CPU`` (``override_tensor``,
+each pattern tried in order with ``std::regex_search`` on the GGUF tensor name, the first match
+wins), ``--cpu-moe`` (all routed experts, ``LLM_FFN_EXPS_REGEX`` =
+``\\.ffn_(up|down|gate|gate_up)_(ch|)exps``) and ``--n-cpu-moe N`` (the experts of layers 0..N-1,
+``blk\\.i`` + that regex) — ggml-org/llama.cpp common/common.h at
+001d906a6d86e2490e394361e7cc6f478b100088 (``llm_ffn_exps_cpu_override``,
+``llm_add_n_cpu_ffn_overrides``). In decode, a matmul whose weights are in host memory runs on the
+CPU; each change of device along the graph is a hand-over (the activations cross the link, the
+backends synchronise). A routed-expert tensor is read only for the experts the batch routes to. A
+layer's KV cache lives with its layer unless ``no_kv_offload`` keeps all of it in host memory,
+where attention then runs on the CPU.
+
+Two engine constants, each derived from a published llama.cpp measurement on another machine than
+the ones the validation checks, apply to every scenario (both can be overridden in ``options``):
+
+- ``gpu_share``: the share of the GPU's streaming bandwidth that llama.cpp's decode kernels reach
+  at batch 1, launch gaps included. From PR #6766: LLaMA 2 7B Q4_0 text generation on an RTX 4090
+  at 138.31 tokens/s on master (before CUDA graphs), against that card's measured bandwidth.
+- ``split_sync_us``: what each hand-over between the CPU and CUDA backends costs (synchronise,
+  copy, wake the CPU threads). From PR #7526: LLaMA 7B Q4_0 on an RTX 3060 Laptop GPU, 66.24
+  tokens/s with the cache on the GPU and 45.91 with ``--no-kv-offload`` (threadpool build), whose
+  difference is 64 hand-overs per token, two per layer.
+
+CPU-side matmuls stream their weights at ``cpu_weight_rate``, and CPU attention reads host memory,
+at the rate ``numa`` (``--numa``) gives the host's sockets (model/cpu_rate.py
+``host_stream_rate``); the logits come back to the host for sampling. llama.cpp maps the GGUF file
+(``llama_mmap``, on unless ``--no-mmap``), so host-resident weights past what host memory holds
+(``capacity.host_capacity``, the OS's reserve kept) are file pages the kernel evicts and reads back:
+each step reads its share of that excess from disk at the storage's read rate, in the step's disk
+stream, instead of refusing; with ``no_mmap`` the weights are copied into anonymous buffers and
+must fit. (Under strict LRU a cyclic scan larger than memory would miss on every page; Linux's
+active/inactive lists keep part resident, so the excess alone is the optimistic, lower bound.) The host prompt cache (``cache_ram``, a scenario's ``reuse:``) is llamacpp_prompt_cache.py.
+
+The package holds one job per module: ``options`` (the options and the engine constants),
+``placement`` (where each tensor lives, the CPU side's rates), ``step`` (the decode step) and
+``engine`` (the prediction and the registry entry). Their names are re-exported here.
+"""
+
+from kvoffload.engines.each.llamacpp.engine import ENGINE, predict
+from kvoffload.engines.each.llamacpp.options import (
+    MAX_LAYERS,
+    MAX_OVERRIDES,
+    Layers,
+    Options,
+    _parse_rule,
+    constants,
+    gpu_share_default,
+    split_sync_s_default,
+)
+from kvoffload.engines.each.llamacpp.placement import (
+    EXPS_REGEX,
+    _read_bytes,
+    cpu_weight_rate,
+    gpu_boundaries,
+    gpu_split,
+    host_read_rate,
+    layers_per_gpu,
+    override_rules,
+    paged_bytes,
+    placement,
+    tensor_devices,
+    tensor_groups_summary,
+)
+from kvoffload.engines.each.llamacpp.step import _constants, _hand_overs, _step_parts_at, step_parts
+
+__all__ = [
+    "ENGINE",
+    "EXPS_REGEX",
+    "MAX_LAYERS",
+    "MAX_OVERRIDES",
+    "Layers",
+    "Options",
+    "_constants",
+    "_hand_overs",
+    "_parse_rule",
+    "_read_bytes",
+    "_step_parts_at",
+    "constants",
+    "cpu_weight_rate",
+    "gpu_boundaries",
+    "gpu_share_default",
+    "gpu_split",
+    "host_read_rate",
+    "layers_per_gpu",
+    "override_rules",
+    "paged_bytes",
+    "placement",
+    "predict",
+    "split_sync_s_default",
+    "step_parts",
+    "tensor_devices",
+    "tensor_groups_summary",
+]

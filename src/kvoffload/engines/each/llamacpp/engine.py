@@ -1,0 +1,163 @@
+"""llama.cpp's prediction and its registry entry."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvoffload.engines.each.llamacpp.options import Options
+from kvoffload.engines.each.llamacpp.placement import (
+    _read_bytes,
+    layers_per_gpu,
+    override_rules,
+    paged_bytes,
+    placement,
+    tensor_devices,
+    tensor_groups_summary,
+)
+from kvoffload.engines.each.llamacpp.step import _step_parts_at
+from kvoffload.engines.llamacpp_prompt_cache import cache_rule
+from kvoffload.engines.spec import EngineSpec, PrefixCache
+from kvoffload.model import decode, kv, tensor_groups
+from kvoffload.model.prediction import Prediction, Resolved, Scenario
+from kvoffload.spec.units import format_bytes
+
+
+def _shares(on_gpu: float, on_cpu: float) -> decode.Split:
+    """Return the shares of bytes held on the GPU and in host memory."""
+    total = on_gpu + on_cpu
+    return decode.Split(on_gpu / total, on_cpu / total, 0.0) if total else decode.Split()
+
+
+def predict(sc: Scenario) -> Prediction:
+    """Return llama.cpp's time per token, prefill and memory for the scenario."""
+    system, model, o = sc.system, sc.model, sc.options
+    parts_at = _step_parts_at(sc, sc.batch)
+
+    def per_token(_point: np.ndarray, context: np.ndarray) -> np.ndarray:
+        p = parts_at(context)
+        # llama.cpp runs the graph in order: the step is the sum of its parts
+        return np.stack([p["gpu"] + p["cpu"] + p["link"], p["gpu"], p["cpu"], p["link"]])
+
+    # the exact mean over every generated token (each part convex and piecewise linear in the
+    # context between the windows: sums of maxima of terms linear in min(context, window))
+    windows = decode.layers(model, sc.setup.weights).window
+    tpot, gpu_s, cpu_s, link_s = decode.token_mean(per_token, sc.prompt, sc.generate, windows)
+    ngl, layer_on_gpu = placement(sc)
+    table, on_gpu = tensor_devices(sc)
+    w_gpu = float(table.nbytes[on_gpu].sum())
+    w_cpu = float(table.nbytes[~on_gpu].sum())  # the token embeddings included
+    final = sc.prompt + sc.generate
+    kv_layers = kv.layer_bytes(sc.setup.cache_model, final, sc.setup.kv) * sc.batch
+    kv_gpu = 0.0 if o.no_kv_offload else float(kv_layers[layer_on_gpu[:-1]].sum())
+    kv_cpu = float(kv_layers.sum()) - kv_gpu
+    # prefill: batches of 32+ tokens copy the CPU-resident weights (not the embedding table) to the
+    # GPU and run there
+    streamed = float(table.nbytes[~on_gpu & (table.position >= 0)].sum())
+    on_gpu_setup = decode.Setup(system, model, sc.setup.weights, sc.setup.kv)
+    ttft = float(decode.ttft(on_gpu_setup, sc.prompt, sc.batch)) + streamed / system.copy_rate(
+        "h2d", pinned=sc.pinned_or(True)
+    )
+    # mmap: weights past host capacity stay file pages, read back from disk every step
+    paged = paged_bytes(sc, w_cpu, kv_cpu)
+    if paged:
+        step_read = float(_read_bytes(sc, table, sc.batch)[~on_gpu].sum()) / w_cpu
+        disk_s = paged * step_read / system.storage.read_bandwidth.value
+        tpot = tpot + disk_s
+    else:
+        disk_s = 0.0
+    mem = decode.Memory(
+        gpu=np.asarray(w_gpu + kv_gpu),
+        cpu=np.asarray(w_cpu + kv_cpu - paged),
+        disk=np.asarray(paged),
+        staging=np.asarray(0.0),
+    )
+    first = int(np.argmax(layer_on_gpu)) if layer_on_gpu.any() else model.n_layers + 1
+    where = (
+        "all on the CPU"
+        if not layer_on_gpu.any()
+        else f"layers {first}–{model.n_layers - 1} and the output layer on the GPU"
+        if first < model.n_layers
+        else "the output layer on the GPU"
+    )
+    rules = override_rules(o)
+    moved = (
+        []
+        if not rules
+        else [
+            f"{len(rules)} tensor override(s): {tensor_groups_summary(table, on_gpu, layer_on_gpu)}"
+        ]
+    )
+    kv_where = (
+        "all KV in host memory (attention on the CPU)"
+        if o.no_kv_offload
+        else "each layer's KV with its layer"
+    )
+    return Prediction(
+        scenario=sc,
+        tpot_s=float(tpot),
+        ttft_s=ttft,
+        streams_s={
+            "gpu": float(gpu_s),
+            "cpu": float(cpu_s),
+            "h2d": float(link_s),
+            "d2h": 0.0,
+            "disk_read": float(disk_s),
+            "disk_write": 0.0,
+        },
+        memory=mem,
+        by_overlap_s={},
+        resolved=Resolved(
+            weights=_shares(w_gpu, w_cpu),
+            kv=_shares(kv_gpu, kv_cpu),
+            attention="cpu" if o.no_kv_offload else "gpu",
+            overlap="none",  # llama.cpp runs the graph's nodes in order
+            pinned=sc.pinned_or(True),
+            weights_format=sc.setup.weights,
+            kv_format=sc.setup.kv,
+        ),
+        settings={
+            "n_gpu_layers": ngl,
+            "gpu_layers_from": first,
+            "no_kv_offload": o.no_kv_offload,
+            "n_cpu_moe": o.n_cpu_moe,
+            "layers_per_gpu": layers_per_gpu(sc),  # the output layer counts, as in -ngl
+            "cpu_moe": o.cpu_moe,
+            "override_tensor": list(o.override_tensor),
+            "weights_on_cpu_by_group": {
+                g: float(b)
+                for g, b in zip(
+                    tensor_groups.GROUPS, table.by_group(table.nbytes, ~on_gpu), strict=True
+                )
+                if b
+            },
+        },
+        policy="; ".join([f"-ngl {ngl}: {where}", *moved, kv_where, *_paging(paged)]),
+    )
+
+
+def _paging(paged: float) -> list[str]:
+    """Return, when mmap leaves weights on disk, the policy's words for it."""
+    return [f"mmap: {format_bytes(paged)} of weights read from disk each step"] if paged else []
+
+
+ENGINE = EngineSpec(
+    name="llamacpp",
+    options=Options,
+    predict=predict,
+    placement_option="options.n_gpu_layers (and options.no_kv_offload)",
+    pin_option=None,
+    refuses={
+        "attention": "say options.no_kv_offload: true to keep the KV cache in host memory "
+        "and attend on the CPU",
+        "overlap": "llama.cpp runs the graph's nodes in order and has no overlap option; "
+        "use engine: generic to compare overlap modes",
+    },
+    # llama.cpp never copies weights to the GPU per step, so there is nothing to stream
+    routing_ignored=(
+        ("stream", "gpu_hit_rate"),
+        "llama.cpp computes each expert where it lies and never streams experts to the GPU; "
+        "say where experts live with options.n_cpu_moe, options.cpu_moe or "
+        "options.override_tensor instead",
+    ),
+    prefix_cache=PrefixCache(tiers=("gpu", "cpu"), rule=cache_rule),
+)

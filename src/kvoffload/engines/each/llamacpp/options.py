@@ -1,0 +1,92 @@
+"""llama.cpp's options (the scenario's ``options:``) and its engine constants."""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+from kvoffload.spec import catalog
+from kvoffload.spec.errors import FieldError
+from kvoffload.spec.limits import MAX_LAYERS
+from kvoffload.spec.text import Strict
+
+
+@cache
+def constants() -> dict:
+    """Return llama.cpp's engine constants with their sources (catalog/engine_constants.yaml)."""
+    return catalog.load("engine_constants")["llamacpp"]
+
+
+def gpu_share_default() -> float:
+    """Return the share of streaming bandwidth llama.cpp's decode kernels reach (PR #6766)."""
+    return float(constants()["gpu_share"]["value"])
+
+
+def split_sync_s_default() -> float:
+    """Return the seconds one CPU<->GPU hand-over costs (PR #7526)."""
+    return float(constants()["split_sync_us"]["value"]) * 1e-6
+
+
+Layers = Annotated[int, Meta(ge=0, le=MAX_LAYERS + 1)]  # -ngl counts the output layer too
+MAX_OVERRIDES = 1000
+
+
+class Options(Strict):
+    """llama.cpp's options that decide placement."""
+
+    n_gpu_layers: Layers | None = None  # default: all, the head included
+    no_kv_offload: bool = False
+    n_cpu_moe: Layers = 0  # --n-cpu-moe N
+    cpu_moe: bool = False  # --cpu-moe
+    # -ot, each "REGEX=CPU" or "REGEX=CUDA0" (or =cpu/=gpu); a string is split at its commas, as
+    # -ot splits it, so once validated this is always a tuple
+    override_tensor: tuple[str, ...] | str = ()
+    threads: Annotated[int, Meta(ge=1, le=4096)] | None = None  # -t; default: host.threads
+    numa: Literal["distribute", "isolate", "numactl"] | None = None  # --numa; default: no policy
+    no_mmap: bool = False  # --no-mmap: weights copied into host buffers, so they must fit
+    # default: catalog/engine_constants.yaml
+    gpu_share: Annotated[float, Meta(gt=0, le=1)] | None = None
+    split_sync_us: Annotated[float, Meta(ge=0, le=100_000)] | None = None  # default: PR #7526
+    cache_ram: Annotated[int, Meta(ge=-1, le=1 << 32)] = 8192  # MiB; 0: off, -1: no limit
+
+    def __post_init__(self) -> None:
+        """Split a comma-separated ``override_tensor`` and check each of its rules."""
+        super().__post_init__()
+        rules = self.override_tensor
+        if isinstance(rules, str):
+            rules = tuple(x for x in rules.split(",") if x.strip())
+            msgspec.structs.force_setattr(self, "override_tensor", rules)
+        if len(rules) > MAX_OVERRIDES:
+            raise FieldError(
+                "override_tensor", "must be a list of 'REGEX=CPU' or 'REGEX=CUDA0' entries"
+            )
+        for entry in rules:
+            try:
+                _parse_rule(entry)
+            except ValueError as exc:
+                raise FieldError("override_tensor", str(exc)) from None
+
+
+_DEVICES = {"cpu": "cpu", "gpu": "gpu"}
+
+
+def _parse_rule(entry: Any) -> tuple[str, str]:
+    """Return (pattern, 'cpu' | 'gpu') from one ``-ot`` entry, refusing what llama.cpp would."""
+    if not isinstance(entry, str) or "=" not in entry or len(entry) > 1000:
+        raise ValueError(f"override {entry!r} must be 'REGEX=CPU' or 'REGEX=CUDA0'")
+    pattern, _, buffer = entry.rpartition("=")
+    name = buffer.strip().lower()
+    device = _DEVICES.get(name) or (
+        "gpu" if re.fullmatch(r"(cuda|rocm|vulkan|metal|gpu)\d*", name) else ""
+    )
+    if not pattern or not device:
+        raise ValueError(f"override {entry!r}: buffer {buffer!r} is not CPU or a GPU (CUDA0, ...)")
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"override {entry!r}: bad regular expression ({exc})") from None
+    return pattern, device

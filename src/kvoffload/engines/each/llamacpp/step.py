@@ -1,0 +1,127 @@
+"""llama.cpp's decode step: GPU, CPU and the hand-overs between them, over a context."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+import numpy as np
+
+from kvoffload.engines.each.llamacpp.options import gpu_share_default, split_sync_s_default
+from kvoffload.engines.each.llamacpp.placement import (
+    _read_bytes,
+    cpu_weight_rate,
+    gpu_boundaries,
+    host_read_rate,
+    placement,
+    tensor_devices,
+)
+from kvoffload.model import decode, kv, tensor_groups, transfer
+from kvoffload.model.prediction import Scenario
+from kvoffload.model.tensor_groups import TensorTable
+
+
+def _constants(sc: Scenario) -> tuple[float, float]:
+    o = sc.options
+    share = o.gpu_share if o.gpu_share is not None else gpu_share_default()
+    sync = o.split_sync_us * 1e-6 if o.split_sync_us is not None else split_sync_s_default()
+    return share, sync
+
+
+def _hand_overs(sc: Scenario, table: TensorTable, on_gpu: np.ndarray) -> tuple[int, int]:
+    """Return the device changes along one token's graph: (host->GPU, GPU->host).
+
+    Each layer runs its matmuls in order, each where its weights are (norms and biases go with
+    the op they follow), and its attention where its KV lives, after the attention projections;
+    the token embedding is looked up in host memory and the logits are sampled there.
+    """
+    _, layer_on_gpu = placement(sc)
+    kv_on_gpu = layer_on_gpu[:-1] & (not sc.options.no_kv_offload)
+    norms = tensor_groups.GROUPS.index("norms")
+    attention = tensor_groups.GROUPS.index("attention")
+    is_op = (table.group != norms) & np.array([not n.endswith(".bias") for n in table.names])
+    seq = [False]  # False: host, True: GPU; the embedding lookup runs on the host
+    for p in range(sc.model.n_layers):
+        ops = np.flatnonzero((table.position == p) & is_op)
+        attn = [i for i in ops if table.group[i] == attention]
+        rest = [i for i in ops if table.group[i] != attention]
+        seq += (
+            [bool(on_gpu[i]) for i in attn] + [bool(kv_on_gpu[p])] + [bool(on_gpu[i]) for i in rest]
+        )
+    head = np.flatnonzero((table.position == sc.model.n_layers) & is_op)
+    seq += [bool(on_gpu[i]) for i in head] + [False]  # sampling on the host
+    ups = sum((not a) and b for a, b in itertools.pairwise(seq))
+    downs = sum(a and (not b) for a, b in itertools.pairwise(seq))
+    return ups, downs
+
+
+def step_parts(sc: Scenario, context: np.ndarray, batch: float) -> dict[str, np.ndarray]:
+    """Return seconds per token on the GPU, on the CPU and crossing devices, over ``context``."""
+    return _step_parts_at(sc, batch)(context)
+
+
+def _step_parts_at(sc: Scenario, batch: float) -> Callable[[np.ndarray], dict[str, np.ndarray]]:
+    """Return step_parts over a context for one scenario and batch, the rest computed once."""
+    system, model = sc.system, sc.model
+    share, sync = _constants(sc)
+    pinned = sc.pinned_or(True)  # the CUDA backend copies through pinned host buffers
+    table, on_gpu = tensor_devices(sc)
+    lay = decode.layers(model, sc.setup.weights)
+    k, n = lay.expert_use
+    read = _read_bytes(sc, table, batch)  # bytes a step reads per tensor
+    flops = 2 * batch * table.params * np.where(table.routed, k / n, 1.0)
+    w_gpu = table.by_position(read, on_gpu)
+    w_cpu = table.by_position(read, ~on_gpu)
+    f_gpu = table.by_position(flops, on_gpu)
+    f_cpu = table.by_position(flops, ~on_gpu)
+    _, layer_on_gpu = placement(sc)
+    kv_gpu_layer = np.append(layer_on_gpu[:-1] & (not sc.options.no_kv_offload), False)
+    # attention over each position's cache, one request's bytes and FLOPs per cached token
+    pos_class = np.array(lay.order)
+    window = lay.window[pos_class]
+    kvb = lay.kv_per_token[pos_class] * float(
+        kv.attention_layer_token_bytes(sc.setup.cache_model, sc.setup.kv)
+    )
+    # a recurrent layer (gated DeltaNet, Mamba) reads its fixed state and writes it back each step
+    state = 2 * batch * lay.state_values[pos_class] * kv.state_value_bytes(sc.setup.kv)
+    attn_per_token = lay.attn_flops[pos_class]
+    gpu_att = np.where(kv_gpu_layer, 1.0, 0.0)
+    hbm, att_bw = system.gpu.streaming_bandwidth, system.gpu.attention_rate
+    host_bw, host_flops = host_read_rate(sc), system.host.flops.value
+    cpu_rate_w = cpu_weight_rate(sc)
+    ups, downs = _hand_overs(sc, table, on_gpu)
+    activations = batch * model.hidden * 4  # llama.cpp's activations are f32
+    lat = system.link.latency.value
+    link = ups * (activations / system.copy_rate("h2d", pinned=pinned) + lat + sync)
+    logits_on_gpu = bool(
+        on_gpu[
+            (table.position == model.n_layers)
+            & (table.group == tensor_groups.GROUPS.index("output"))
+        ].any()
+    )
+    down_bytes = np.full(downs, activations, dtype=np.float64)
+    if logits_on_gpu and downs:  # the last hand-over brings the logits back for sampling
+        down_bytes[-1] = batch * model.vocab * 4
+    link = link + float((down_bytes / system.copy_rate("d2h", pinned=pinned) + lat + sync).sum())
+    # --split-mode layer: the activations pass from one GPU to the next at each boundary (the
+    # profile has no GPU-GPU figure: its link's pinned rate and latency)
+    link = link + gpu_boundaries(sc) * float(transfer.peer_time(system, activations))
+
+    def at(context: np.ndarray) -> dict[str, np.ndarray]:
+        held = np.minimum(np.asarray(context, dtype=np.float64)[..., None], window)
+        kv_bytes = batch * held * kvb + state
+        attn_flops = batch * held * attn_per_token
+        gpu = (
+            np.maximum(
+                w_gpu / hbm + kv_bytes * gpu_att / att_bw,
+                (f_gpu + attn_flops * gpu_att) / system.compute_rate,
+            ).sum(axis=-1)
+            / share
+        )
+        cpu = np.maximum(
+            w_cpu / cpu_rate_w + kv_bytes * (1 - gpu_att) / host_bw,
+            (f_cpu + attn_flops * (1 - gpu_att)) / host_flops,
+        ).sum(axis=-1)
+        return {"gpu": gpu, "cpu": cpu, "link": np.broadcast_to(link, np.shape(gpu))}
+
+    return at
