@@ -7,10 +7,11 @@ per KV format, its prefill working set per token, and the model's constants. ``s
 page's inputs into the scenario file ``kvoffload predict`` reads, so a test can hold the page to
 the package at any point.
 
-The page leaves out what it cannot express: tensor-group placement (``compute: cpu``), MoE
-routing skew and expert streaming (uniform routing is used), several GPUs (the step model runs
-the layers on one GPU at a time, so a reader types the machine's total memory) and the engines
-other than ``generic``.
+The page leaves out what it cannot express: tensor-group placement on the generic engine
+(``compute: cpu``), MoE routing skew and expert streaming (uniform routing is used), several GPUs
+(the step model runs the layers on one GPU at a time, so a reader types the machine's total
+memory) and the engines other than ``generic`` and ``llamacpp`` (calculator_llamacpp.py: its
+expert placement). advise's answers come precomputed (calculator_advice.py).
 
 The reuse question (a prompt whose first tokens sit in a prefix cache) runs on an engine's own
 rule (``RULES``: vLLM's native KV offloading connector): ``reuse_scenario_for`` writes the scenario
@@ -36,6 +37,7 @@ from kvoffload.spec.hardware import System, load_system, system_ids
 from kvoffload.spec.limits import MAX_CONTEXT_TOKENS
 from kvoffload.spec.models import Model, load_model, model_ids
 from kvoffload.spec.precision import KvFormat, WeightFormat
+from kvoffload.studies import calculator_advice, calculator_llamacpp
 
 VERSION = 1
 # the weight formats a catalog model takes: all but the types a .gguf file gives its tensors
@@ -109,11 +111,16 @@ def machine_figures(system: System) -> dict[str, float | None]:
     }
 
 
-def profile_mapping(figures: dict[str, float | None], name: str = "calculator machine") -> dict:
+def profile_mapping(
+    figures: dict[str, float | None],
+    name: str = "calculator machine",
+    host_extra: dict | None = None,
+) -> dict:
     """Return an inline hardware profile whose System has exactly ``figures`` (machine_figures' keys).
 
     One GPU holding the whole GPU memory, its achievable bandwidth as its rating, the dense rate
-    reached as its peak (efficiency 1); the link's raw rate the faster of its two directions.
+    reached as its peak (efficiency 1); the link's raw rate the faster of its two directions;
+    ``host_extra`` (calculator_llamacpp.host_entry): the machine's cores, threads, sockets, reserve.
     """
     f = figures
     gpu = {
@@ -138,6 +145,7 @@ def profile_mapping(figures: dict[str, float | None], name: str = "calculator ma
         "memory": f"{f['host_memory']!r} B",
         "memory_bandwidth": f"{f['host_bandwidth']!r} B/s",
         "flops": f"{f['host_flops']!r} FLOP/s",
+        **(calculator_llamacpp.host_mapping(host_extra) if host_extra else {}),
     }
     storage = {
         "name": name,
@@ -157,14 +165,32 @@ def scenario_for(inputs: dict[str, Any]) -> dict[str, Any]:
     ``inputs``: ``machine`` (a catalog id), ``figures`` (base units, overriding the machine's;
     may be empty), ``model``, ``weights_format``, ``kv_format``, ``prompt``, ``generate``,
     ``batch``, ``weights`` and ``kv`` (shares ``{gpu, cpu, disk}``), ``attention``, ``overlap``
-    and ``pinned``. Without overrides the hardware is the catalog id itself.
+    and ``pinned``. Without overrides the hardware is the catalog id itself. ``engine``
+    ``llamacpp`` (default ``generic``): its ``llamacpp`` inputs are the options instead of the
+    placement (calculator_llamacpp.options_of).
     """
     overrides = inputs.get("figures") or {}
     if overrides:
-        figures = {**machine_figures(load_system(inputs["machine"])), **overrides}
-        hardware: str | dict = profile_mapping(figures)
+        system = load_system(inputs["machine"])
+        figures = {**machine_figures(system), **overrides}
+        hardware: str | dict = profile_mapping(
+            figures, host_extra=calculator_llamacpp.host_entry(system)
+        )
     else:
         hardware = inputs["machine"]
+    if inputs.get("engine", "generic") == "llamacpp":
+        return {
+            "hardware": hardware,
+            "model": inputs["model"],
+            "engine": "llamacpp",
+            "precision": {"weights": inputs["weights_format"], "kv": inputs["kv_format"]},
+            "workload": {
+                "batch": int(inputs["batch"]),
+                "prompt": int(inputs["prompt"]),
+                "generate": int(inputs["generate"]),
+            },
+            "options": calculator_llamacpp.options_of(inputs),
+        }
     return {
         "hardware": hardware,
         "model": inputs["model"],
@@ -272,14 +298,27 @@ def calculator_data() -> dict[str, Any]:
     machines = []
     for sid in system_ids():
         system = load_system(sid)
-        machines.append({"id": sid, "name": system.name, "figures": machine_figures(system)})
+        machines.append(
+            {
+                "id": sid,
+                "name": system.name,
+                "figures": machine_figures(system),
+                "host": calculator_llamacpp.host_entry(system),
+            }
+        )
+    models = []
+    for mid in model_ids():
+        model = load_model(mid)
+        models.append({**model_entry(model), "llamacpp": calculator_llamacpp.model_entry(model)})
     return {
         **_shared(),
         "figures": [asdict(f) for f in FIGURES],
         "attention_slack": ATTENTION_SLACK,
         "machines": machines,
-        "models": [model_entry(load_model(mid)) for mid in model_ids()],
+        "models": models,
         "reuse": reuse_data(),
+        "llamacpp": calculator_llamacpp.shared(),
+        "advice": calculator_advice.advice_data(),
     }
 
 
