@@ -31,7 +31,15 @@ _OVERLAP = {
 
 # the browser modules under report/calculator/, in the order they run: each defines one global
 MODEL_MODULES = ("format.js", "model.js", "chart.js")  # the step model and its chart: shared
-CALCULATOR_MODULES = (*MODEL_MODULES, "reuse.js", "form.js", "scenario.js", "ui.js")
+CALCULATOR_MODULES = (
+    *MODEL_MODULES,
+    "llamacpp.js",
+    "reuse.js",
+    "form.js",
+    "scenario.js",
+    "advice.js",
+    "ui.js",
+)
 # where the cached blocks are when the request arrives (model/reuse.py's TIERS)
 _TIER_NAMES = {"gpu": "GPU memory (still there)", "cpu": "host memory", "disk": "disk"}
 
@@ -165,13 +173,34 @@ def page_html(data: dict[str, Any]) -> str:
   <fieldset>
     <legend>Workload</legend>
     <div class="kvo-grid2">
-      {_number_field("kvo-prompt", "Context (prompt tokens)", "128000")}
+      {_number_field("kvo-context", "Context (tokens: prompt and generated)", "128K", note="128K = 131,072 tokens; 1M = 1,048,576; or a count")}
       {_number_field("kvo-generate", "Tokens generated", "32")}
       {_number_field("kvo-batch", "Batch (requests)", "1")}
       {_number_field("kvo-budget", "TPOT budget (ms)", budget)}
     </div>
   </fieldset>
   <fieldset>
+    <legend>Engine</legend>
+    {_select("kvo-engine", "Engine")}
+    <button type="button" id="kvo-best">Best placement that fits (kvoffload advise)</button>
+    <p class="kvo-note" id="kvo-best-note">{_out("best")}</p>
+  </fieldset>
+  <fieldset id="kvo-llamacpp-placement" hidden>
+    <legend>llama.cpp placement</legend>
+    <div class="kvo-grid2">
+      {_number_field("kvo-ngl", "Layers on the GPU (-ngl; blank: all)", "")}
+      {_number_field("kvo-ncmoe", "Experts of the first N layers on the CPU (--n-cpu-moe)", "0")}
+      {_number_field("kvo-threads", "CPU threads (-t; blank: the machine's)", "")}
+    </div>
+    <label class="kvo-check"><input type="checkbox" id="kvo-cpumoe">
+      <span>Every routed expert on the CPU (--cpu-moe)</span></label>
+    <label class="kvo-check"><input type="checkbox" id="kvo-nokv">
+      <span>KV cache in host memory, attention on the CPU (--no-kv-offload)</span></label>
+    <p class="kvo-note">-ngl puts the last N layers, the output layer counted, on the GPU; each
+    layer's KV lives with it. Experts in host memory run on the CPU at its matvec rate for the
+    format and threads, reading only the experts the batch routes to.</p>
+  </fieldset>
+  <fieldset id="kvo-generic-placement">
     <legend>Placement</legend>
     {_split("weights", "Weights", "0")}
     {_split("kv", "KV cache", "100")}
@@ -186,6 +215,7 @@ def page_html(data: dict[str, Any]) -> str:
 <section class="kvo-results" aria-live="polite">
   <h2 class="kvo-visually-hidden">Results</h2>
   <p id="kvo-verdict" class="kvo-verdict">{_out("verdict")}</p>
+  <p class="kvo-note">{_out("no_offload")}</p>
   <ul id="kvo-problems" class="kvo-problems" hidden></ul>
   <span class="kvo-visually-hidden">{_out("error")}</span>
   <dl class="kvo-headline">
@@ -227,6 +257,8 @@ def page_html(data: dict[str, Any]) -> str:
     <p class="kvo-note">Save it as <code>scenario.yaml</code> and run
     <code>kvoffload predict scenario.yaml --json</code>: the package gives the same figures.</p>
     <pre id="kvo-scenario"></pre>
+    <p class="kvo-note">The command that runs it:</p>
+    <pre id="kvo-command">{_out("command")}</pre>
     <p class="kvo-note">The reuse question, on its engine's prefix cache (its own placement):</p>
     <pre id="kvo-reuse-scenario"></pre>
   </details>

@@ -1,19 +1,22 @@
 /*
  * The calculator page's form: its controls, the machine's figures in the fields, the inputs read
  * and checked (each problem a sentence, with spec/hardware.py's ranges), the reuse question's
- * inputs, and the setup the step model evaluates. Exposes window.KvoForm.create(data, model),
- * model being KvoModel.create(data).
+ * inputs, the engine's fields (llama.cpp's options, the context as 131072, 128K or 1M), and the
+ * setup the step model evaluates. Exposes window.KvoForm.create(data, model), model being
+ * KvoModel.create(data).
  */
 (function () {
   "use strict";
 
   const F = window.KvoFormat;
   const shortNumber = F.shortNumber;
+  const ENGINE_NAMES = { generic: "generic: the step model, placed by shares", llamacpp: "llama.cpp: -ngl, expert placement" };
 
   function create(data, M) {
     const $ = (id) => document.getElementById(id);
     const form = $("kvo-calc-form");
     const FIGURES = data.figures;
+    const LC = window.KvoLlamacpp.create(data, M);
 
     function option(select, value, text) {
       const o = document.createElement("option");
@@ -71,18 +74,48 @@
     function setupControls() {
       for (const m of data.machines) option($("kvo-machine"), m.id, m.name);
       for (const m of data.models) option($("kvo-model"), m.id, m.name);
-      for (const f of data.weight_formats) option($("kvo-weights-format"), f, f);
-      for (const f of data.kv_formats) option($("kvo-kv-format"), f, f);
-      for (const mode of M.modes) option($("kvo-overlap"), mode, mode);
+      for (const e of data.llamacpp.engines) option($("kvo-engine"), e, ENGINE_NAMES[e] || e);
       buildFigureFields();
       $("kvo-machine").value = "article-reference";
       $("kvo-model").value = "llama-3.1-8b";
+      $("kvo-engine").value = "generic";
+      formatOptions();
       $("kvo-weights-format").value = "bf16";
       $("kvo-kv-format").value = "bf16";
       $("kvo-reuse-rule").value = data.reuse.rules[0].key;
       $("kvo-reuse-tier").value = "cpu";
       fillFigures();
       modelNote();
+    }
+
+    // the formats the engine takes for the model (llama.cpp: its GGUF files and -ctk types),
+    // the chosen ones kept where they are offered; the engine's own fields shown
+    function formatOptions() {
+      const engine = $("kvo-engine").value;
+      const model = modelById($("kvo-model").value);
+      const lists = engine === "llamacpp"
+        ? [model.llamacpp.formats, data.llamacpp.kv_formats]
+        : [data.weight_formats, data.kv_formats];
+      [["kvo-weights-format", lists[0]], ["kvo-kv-format", lists[1]]].forEach(([id, list]) => {
+        const select = $(id);
+        const keep = select.value;
+        if (select.dataset.list === list.join(",")) return;
+        select.replaceChildren();
+        for (const f of list) option(select, f, f);
+        select.dataset.list = list.join(",");
+        select.value = list.includes(keep) ? keep : list[0];
+      });
+      $("kvo-generic-placement").hidden = engine !== "generic";
+      $("kvo-llamacpp-placement").hidden = engine !== "llamacpp";
+    }
+
+    // a count of tokens as typed: 131072, 131,072, 128K (x 1,024) or 1M (x 1,048,576)
+    function parseTokens(text) {
+      const t = text.trim().replace(/[,_\s]/g, "");
+      const hit = /^(\d+(?:\.\d+)?)([kKmM]?)$/.exec(t);
+      if (!hit) return NaN;
+      const scale = { "": 1, k: 1024, m: 1048576 }[hit[2].toLowerCase()];
+      return Number(hit[1]) * scale;
     }
 
     function readNumber(id) {
@@ -131,12 +164,18 @@
         problems.push("Pageable copies need a pageable link rate: give one, or pin the host buffers.");
       }
       const model = modelById($("kvo-model").value);
-      const prompt = readNumber("kvo-prompt");
+      const context = parseTokens($("kvo-context").value);
       const generate = readNumber("kvo-generate");
+      const prompt = context - generate;
       const batch = readNumber("kvo-batch");
       const whole = (x, lo, hi) => Number.isInteger(x) && x >= lo && x <= hi;
-      if (!whole(prompt, 1, 100000000)) problems.push("Context: a whole number of tokens from 1 to 100,000,000.");
+      if (!whole(context, 2, 100000000)) {
+        problems.push("Context: a whole number of tokens from 2 to 100,000,000 (128K = 131,072; 1M = 1,048,576).");
+      }
       if (!whole(generate, 1, 1000000)) problems.push("Tokens generated: a whole number from 1 to 1,000,000.");
+      else if (whole(context, 2, 100000000) && !(prompt >= 1)) {
+        problems.push("Tokens generated: fewer than the context's " + context.toLocaleString("en-US") + " tokens.");
+      }
       if (!whole(batch, 1, 1000000)) problems.push("Batch: a whole number from 1 to 1,000,000.");
       if (model.max_positions !== null && prompt + generate > model.max_positions) {
         problems.push(
@@ -159,7 +198,14 @@
       const kv = split("kvo-kv", "KV cache");
       const budget = readNumber("kvo-budget");
       if (!(budget > 0)) problems.push("Budget: a positive number of milliseconds.");
+      const engine = $("kvo-engine").value;
+      const llamacpp = readLlamacpp(model, problems);
       return {
+        engine: engine,
+        llamacpp: llamacpp,
+        host: machine.host,
+        hostCapacity: LC.hostCapacity(machine.host, figures.host_memory),
+        context: context,
         problems: problems,
         edited: edited,
         machineId: machine.id,
@@ -177,6 +223,28 @@
         overlap: $("kvo-overlap").value,
         pinned: pinned,
         budget: budget,
+      };
+    }
+
+    // llama.cpp's options as typed (blank -ngl: every layer; blank -t: the machine's threads),
+    // with the ranges engines/each/llamacpp.py Options accepts
+    function readLlamacpp(model, problems) {
+      const text = (id) => $(id).value.trim();
+      const ngl = text("kvo-ngl") === "" ? null : Number(text("kvo-ngl"));
+      const ncmoe = text("kvo-ncmoe") === "" ? 0 : Number(text("kvo-ncmoe"));
+      const threads = text("kvo-threads") === "" ? null : Number(text("kvo-threads"));
+      const max = data.llamacpp.max_layers;
+      if ($("kvo-engine").value === "llamacpp") {
+        if (ngl !== null && !(Number.isInteger(ngl) && ngl >= 0 && ngl <= max)) problems.push("-ngl: a whole number of layers from 0 to " + max + ", or blank for all.");
+        if (!(Number.isInteger(ncmoe) && ncmoe >= 0 && ncmoe <= max)) problems.push("--n-cpu-moe: a whole number of layers from 0 to " + max + ".");
+        if (threads !== null && !(Number.isInteger(threads) && threads >= 1 && threads <= 4096)) problems.push("Threads: a whole number from 1 to 4,096, or blank for the machine's.");
+      }
+      return {
+        n_gpu_layers: ngl,
+        n_cpu_moe: ncmoe,
+        cpu_moe: $("kvo-cpumoe").checked,
+        no_kv_offload: $("kvo-nokv").checked,
+        threads: threads,
       };
     }
 
@@ -228,6 +296,7 @@
             attention: inp.attention,
             overlap: inp.overlap,
             pinned: inp.pinned,
+            hostCapacity: inp.hostCapacity,
           },
           overrides || {}
         )
@@ -244,11 +313,13 @@
         const f = FIGURES.find((x) => x.key === key);
         $("kvo-fig-" + key).value = value === null ? "" : String(value / f.scale);
       }
+      if (inputs.engine !== undefined) $("kvo-engine").value = inputs.engine;
+      if (inputs.model !== undefined) $("kvo-model").value = inputs.model;
+      formatOptions();
       const ids = {
-        model: "kvo-model",
         weights_format: "kvo-weights-format",
         kv_format: "kvo-kv-format",
-        prompt: "kvo-prompt",
+        context: "kvo-context",
         generate: "kvo-generate",
         batch: "kvo-batch",
         attention: "kvo-attention",
@@ -256,6 +327,18 @@
         budget: "kvo-budget",
       };
       for (const [key, id] of Object.entries(ids)) if (inputs[key] !== undefined) $(id).value = String(inputs[key]);
+      if (inputs.prompt !== undefined) {
+        $("kvo-context").value = String(inputs.prompt + (readNumber("kvo-generate") || 0));
+      }
+      const lc = inputs.llamacpp;
+      if (lc !== undefined) {
+        const blank = (x) => (x === null || x === undefined ? "" : String(x));
+        $("kvo-ngl").value = blank(lc.n_gpu_layers);
+        $("kvo-ncmoe").value = blank(lc.n_cpu_moe || 0);
+        $("kvo-cpumoe").checked = Boolean(lc.cpu_moe);
+        $("kvo-nokv").checked = Boolean(lc.no_kv_offload);
+        $("kvo-threads").value = blank(lc.threads);
+      }
       for (const group of ["weights", "kv"]) {
         if (inputs[group] === undefined) continue;
         $("kvo-" + group + "-cpu").value = String(inputs[group].cpu * 100);
@@ -277,6 +360,9 @@
     return {
       form: form,
       setupControls: setupControls,
+      formatOptions: formatOptions,
+      parseTokens: parseTokens,
+      modelById: modelById,
       fillFigures: fillFigures,
       modelNote: modelNote,
       readInputs: readInputs,

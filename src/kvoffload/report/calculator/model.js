@@ -344,11 +344,12 @@
       };
     }
 
-    // capacity.tiers: (tier, bytes needed, bytes there) for every tier the machine bounds
-    function capacityTiers(m, mem) {
+    // capacity.tiers: (tier, bytes needed, bytes there) for every tier the machine bounds; the
+    // host's the memory less the OS's reserve (capacity.host_capacity) where the setup gives it
+    function capacityTiers(m, mem, hostCapacity) {
       const out = [
         ["GPU memory", mem.gpu, m.gpu_memory],
-        ["host memory", mem.cpu, m.host_memory],
+        ["host memory", mem.cpu, hostCapacity === undefined ? m.host_memory : hostCapacity],
       ];
       if (m.disk_capacity !== null) out.push(["disk", mem.disk, m.disk_capacity]);
       return out;
@@ -376,7 +377,7 @@
       // Prediction.bottleneck: the stream with the most work per step (the first, on a tie)
       let bottleneck = STREAMS[0];
       for (const key of STREAMS) if (streams[key] > streams[bottleneck]) bottleneck = key;
-      const tiers = capacityTiers(setup.machine, mem);
+      const tiers = capacityTiers(setup.machine, mem, setup.hostCapacity);
       return {
         tpot: byOverlap[setup.overlap],
         ttft: ttft(setup, prompt, batch),
@@ -408,6 +409,7 @@
       ttft: ttft,
       kvTotal: kvTotal,
       copyRate: copyRate,
+      touchedShare: touchedShare,
       stepWeightBytes: stepWeightBytes,
       predictSetup: predictSetup,
     };

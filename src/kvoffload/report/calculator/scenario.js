@@ -11,7 +11,7 @@
   }
 
   // studies/calculator_data.profile_mapping, as YAML: the machine with the reader's figures
-  function profileYaml(f) {
+  function profileYaml(f, host) {
     const name = '"calculator machine"';
     const lines = [
       "hardware:",
@@ -38,6 +38,15 @@
       "    memory: " + quantity(f.host_memory, "B"),
       "    memory_bandwidth: " + quantity(f.host_bandwidth, "B/s"),
       "    flops: " + quantity(f.host_flops, "FLOP/s"),
+      // calculator_llamacpp.host_mapping: the machine's sockets, cores, threads and reserve
+      "    sockets: " + host.sockets
+    );
+    for (const key of ["cores", "performance_cores", "threads"]) {
+      if (host[key] !== null) lines.push("    " + key + ": " + host[key]);
+    }
+    if (host.cross_socket_bandwidth !== null) lines.push("    cross_socket_bandwidth: " + quantity(host.cross_socket_bandwidth, "B/s"));
+    if (host.memory_reserved !== null) lines.push("    memory_reserved: " + quantity(host.memory_reserved, "B"));
+    lines.push(
       "  storage:",
       "    name: " + name,
       "    read_bandwidth: " + quantity(f.disk_read, "B/s"),
@@ -51,7 +60,8 @@
   // studies/calculator_data.scenario_for, as the YAML file `kvoffload predict` reads
   function scenarioText(inp) {
     const split = (s) => "{gpu: " + s.gpu + ", cpu: " + s.cpu + ", disk: " + s.disk + "}";
-    const lines = inp.edited.length ? profileYaml(inp.figures) : ["hardware: " + inp.machineId];
+    const lines = inp.edited.length ? profileYaml(inp.figures, inp.host) : ["hardware: " + inp.machineId];
+    if (inp.engine === "llamacpp") return llamacppText(inp, lines);
     lines.push(
       "model: " + inp.model.id,
       "engine: generic",
@@ -75,7 +85,7 @@
     options[rule.weights_option] = weightsGib;
     options[rule.size_option] = reuse.hostGib;
     const pairs = Object.entries(options).map(([k, v]) => k + ": " + v);
-    const lines = inp.edited.length ? profileYaml(inp.figures) : ["hardware: " + inp.machineId];
+    const lines = inp.edited.length ? profileYaml(inp.figures, inp.host) : ["hardware: " + inp.machineId];
     lines.push(
       "model: " + inp.model.id,
       "engine: " + rule.engine,
@@ -86,6 +96,30 @@
       "reuse:",
       "  cached_tokens: " + reuse.cached,
       "  tier: " + reuse.tier
+    );
+    return lines.join("\n") + "\n";
+  }
+
+  // calculator_llamacpp.options_of: llama.cpp's options as given (none: its defaults)
+  function llamacppOptions(o) {
+    const out = {};
+    if (o.n_gpu_layers !== null) out.n_gpu_layers = o.n_gpu_layers;
+    if (o.n_cpu_moe) out.n_cpu_moe = o.n_cpu_moe;
+    if (o.cpu_moe) out.cpu_moe = true;
+    if (o.no_kv_offload) out.no_kv_offload = true;
+    if (o.threads !== null) out.threads = o.threads;
+    return out;
+  }
+
+  // studies/calculator_data.scenario_for with engine llamacpp: its options, no placement
+  function llamacppText(inp, lines) {
+    const pairs = Object.entries(llamacppOptions(inp.llamacpp)).map(([k, v]) => k + ": " + v);
+    lines.push(
+      "model: " + inp.model.id,
+      "engine: llamacpp",
+      "precision: {weights: " + inp.weightsFormat + ", kv: " + inp.kvFormat + "}",
+      "workload: {batch: " + inp.batch + ", prompt: " + inp.prompt + ", generate: " + inp.generate + "}",
+      "options: {" + pairs.join(", ") + "}"
     );
     return lines.join("\n") + "\n";
   }

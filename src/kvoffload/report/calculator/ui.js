@@ -1,7 +1,8 @@
 /*
  * The calculator page (calculator.html): the model's figures put in the page as the reader types,
  * the memory bars, the chart's two curves, and the API the browser test drives (window.kvoCalc).
- * Runs after format.js, model.js, chart.js, form.js and scenario.js; its data is the page's JSON.
+ * Runs after format.js, model.js, chart.js, llamacpp.js, reuse.js, form.js, scenario.js and
+ * advice.js; its data is the page's JSON. The engine chosen (generic or llama.cpp) predicts.
  */
 (function () {
   "use strict";
@@ -9,7 +10,10 @@
   const data = JSON.parse(document.getElementById("kvo-calc-data").textContent);
   const M = window.KvoModel.create(data);
   const RU = window.KvoReuse.create(data, M);
+  const LC = window.KvoLlamacpp.create(data, M);
   const form = window.KvoForm.create(data, M);
+  const advice = window.KvoAdvice.create(data, form);
+  let bestText = "";
   const KvoScenario = window.KvoScenario;
   const { nf, formatMs, formatBytes } = window.KvoFormat;
   const $ = (id) => document.getElementById(id);
@@ -81,14 +85,35 @@
     $("kvo-problems").hidden = true;
     put("error", "", "");
     const setup = form.setupOf(inp);
-    const r = M.predictSetup(setup, inp.prompt, inp.generate, inp.batch);
+    const predictAt = predictor(inp, setup);
+    const r = predictAt(inp.prompt, false);
+    const whole = predictAt(inp.prompt, true);
+    const gpuFits = !whole.shortfalls.some(([tier]) => tier === "GPU memory");
+    put(
+      "no_offload",
+      gpuFits
+        ? "Fits on the GPU: no offload flags needed" + (inp.engine === "llamacpp" ? " (-ngl all, every expert on the GPU)." : ".")
+        : "Does not fit on the GPU whole: something must be offloaded.",
+      gpuFits ? "yes" : "no"
+    );
+    put(
+      "command",
+      inp.engine === "llamacpp"
+        ? LC.command(inp, inp.llamacpp)
+        : "The generic engine is the step model, not a program: choose llama.cpp for its command line."
+    );
+    put("best", bestText);
     put("tpot_ms", formatMs(r.tpot), r.tpot * 1e3);
     put("ttft_ms", formatMs(r.ttft), r.ttft * 1e3);
     const rate = inp.batch / r.tpot;
     put("decode_tokens_per_s", nf(3).format(rate) + " tokens/s", rate);
     const through = (inp.batch * inp.generate) / (r.ttft + inp.generate * r.tpot);
     put("throughput_tokens_per_s", nf(3).format(through) + " tokens/s", through);
-    for (const mode of M.modes) put("tpot_" + mode + "_ms", formatMs(r.byOverlap[mode]), r.byOverlap[mode] * 1e3);
+    for (const mode of M.modes) {
+      const t = r.byOverlap[mode];
+      if (t === undefined) put("tpot_" + mode + "_ms", "— (llama.cpp runs in order)", "");
+      else put("tpot_" + mode + "_ms", formatMs(t), t * 1e3);
+    }
     for (const key of M.streams) put("stream_" + key + "_ms", formatMs(r.streams[key]), r.streams[key] * 1e3);
     for (const row of document.querySelectorAll("[data-kvo-stream]")) {
       row.classList.toggle("kvo-bottleneck", row.dataset.kvoStream === r.bottleneck);
@@ -122,7 +147,7 @@
       "TPOT " + formatMs(r.tpot) + " · TTFT " + formatMs(r.ttft) + " · " + (fits ? "fits" : "does not fit") +
       " · bound by " + data.stream_names[r.bottleneck];
     memoryBars(r);
-    drawChart(inp, setup, r);
+    drawChart(inp, predictAt, r);
     updateReuse(inp, reuse);
   }
 
@@ -164,23 +189,32 @@
 
   // TPOT against the context for the reader's placement and for everything on the GPU; a
   // curve is dashed where that placement does not fit the machine
-  function drawChart(inp, setup, current) {
+  // the chosen engine's prediction at a prompt length: the reader's placement, or everything on
+  // the GPU (llama.cpp: its default options)
+  function predictor(inp, setup) {
+    if (inp.engine === "llamacpp") {
+      return (prompt, whole) => LC.predict(Object.assign({}, inp, { prompt: prompt }), whole ? {} : inp.llamacpp);
+    }
+    const onGpu = form.setupOf(inp, {
+      weights: { gpu: 1, cpu: 0, disk: 0 },
+      kv: { gpu: 1, cpu: 0, disk: 0 },
+    });
+    return (prompt, whole) => M.predictSetup(whole ? onGpu : setup, prompt, inp.generate, inp.batch);
+  }
+
+  function drawChart(inp, predictAt, current) {
     const limit =
       inp.model.max_positions === null ? Math.max(1048576, inp.prompt + inp.generate) : inp.model.max_positions;
     const hi = Math.max(2, limit - inp.generate);
     const lo = Math.max(1, Math.min(1024, inp.prompt, Math.floor(hi / 4)));
     const xs = window.KvoChart.contexts(lo, hi, 40);
-    const onGpu = form.setupOf(inp, {
-      weights: { gpu: 1, cpu: 0, disk: 0 },
-      kv: { gpu: 1, cpu: 0, disk: 0 },
-    });
     const series = [
-      { name: "your placement", setup: setup, cls: "kvo-line-a" },
-      { name: "everything on the GPU", setup: onGpu, cls: "kvo-line-b" },
+      { name: "your placement", whole: false, cls: "kvo-line-a" },
+      { name: "everything on the GPU", whole: true, cls: "kvo-line-b" },
     ].map((sr) => ({
       ...sr,
       points: xs.map((x) => {
-        const r = M.predictSetup(sr.setup, x, inp.generate, inp.batch);
+        const r = predictAt(x, sr.whole);
         return { x: x, y: r.tpot * 1e3, fits: r.shortfalls.length === 0 };
       }),
     }));
@@ -203,8 +237,19 @@
 
   // What the test drives: set the page's inputs as a reader would, then read what it shows.
   function set(inputs) {
+    bestText = "";
     form.fill(inputs);
     return read();
+  }
+
+  // the best-placement button: advise's answer looked up, put in the form when it is llama.cpp's
+  function best() {
+    const inp = form.readInputs();
+    if (inp.problems.length) return null;
+    const got = advice.best(inp);
+    bestText = got.text;
+    update();
+    return got.row;
   }
 
   function read() {
@@ -218,10 +263,13 @@
   form.setupControls();
   const changed = (event) => {
     if (event.target.id === "kvo-machine") form.fillFigures();
+    if (["kvo-engine", "kvo-model"].includes(event.target.id)) form.formatOptions();
+    if (event.target.id !== "kvo-best") bestText = "";
     update();
   };
   form.form.addEventListener("input", changed);
   form.form.addEventListener("change", changed);
+  $("kvo-best").addEventListener("click", best);
   $("kvo-reset").addEventListener("click", () => {
     form.fillFigures();
     update();
@@ -233,5 +281,5 @@
   });
   form.form.addEventListener("submit", (event) => event.preventDefault());
   update();
-  window.kvoCalc = { set: set, read: read, data: data };
+  window.kvoCalc = { set: set, read: read, best: best, data: data };
 })();
