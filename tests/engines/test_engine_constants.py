@@ -142,3 +142,15 @@ def test_vllms_per_hit_cost_is_one_assumed_scheduler_step():
     }
     rule = vllm.cache_rule(parse_scenario(raw))
     assert rule.reload.per_hit_s == entry["value"] * 1e-3
+
+
+def test_llamacpp_kv_dequant_is_re_derived_from_the_turboquant_depth_table():
+    entry = CONSTANTS["llamacpp"]["kv_dequant_gpu"]
+    src = entry["from"]
+    depth = np.array(src["depth"], dtype=float)
+    # ms per token against depth: the slope is what each cached token costs
+    f16 = np.polyfit(depth, 1e3 / np.array(src["tokens_per_s_f16"]), 1)[0]
+    q8 = np.polyfit(depth, 1e3 / np.array(src["tokens_per_s_q8_0"]), 1)[0]
+    assert entry["value"] == pytest.approx(q8 / f16, rel=1e-6)
+    assert entry["kind"] == "fitted" and entry["machine"]
+    assert llamacpp.kv_dequant_gpu_default() == entry["value"]

@@ -35,11 +35,18 @@ stream, instead of refusing; with ``no_mmap`` the weights are copied into anonym
 must fit. (Under strict LRU a cyclic scan larger than memory would miss on every page; Linux's
 active/inactive lists keep part resident, so the excess alone is the optimistic, lower bound.) The host prompt cache (``cache_ram``, a scenario's ``reuse:``) is llamacpp_prompt_cache.py.
 
-The package holds one job per module: ``options`` (the options and the engine constants),
+The package holds one job per module: ``options`` (the options and the engine constants), ``attention``
+(the rates a KV cache is read at, by format and device),
 ``placement`` (where each tensor lives, the CPU side's rates), ``step`` (the decode step) and
 ``engine`` (the prediction and the registry entry). Their names are re-exported here.
 """
 
+from kvoffload.engines.each.llamacpp.attention import (
+    BLOCK_FORMATS,
+    cpu_kv_rate,
+    gpu_kv_rate,
+    kv_dequant_gpu_default,
+)
 from kvoffload.engines.each.llamacpp.engine import ENGINE, predict
 from kvoffload.engines.each.llamacpp.options import (
     MAX_LAYERS,
@@ -68,6 +75,7 @@ from kvoffload.engines.each.llamacpp.placement import (
 from kvoffload.engines.each.llamacpp.step import _constants, _hand_overs, _step_parts_at, step_parts
 
 __all__ = [
+    "BLOCK_FORMATS",
     "ENGINE",
     "EXPS_REGEX",
     "MAX_LAYERS",
@@ -80,11 +88,14 @@ __all__ = [
     "_read_bytes",
     "_step_parts_at",
     "constants",
+    "cpu_kv_rate",
     "cpu_weight_rate",
     "gpu_boundaries",
+    "gpu_kv_rate",
     "gpu_share_default",
     "gpu_split",
     "host_read_rate",
+    "kv_dequant_gpu_default",
     "layers_per_gpu",
     "override_rules",
     "paged_bytes",

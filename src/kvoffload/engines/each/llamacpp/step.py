@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from kvoffload.engines.each.llamacpp import attention
 from kvoffload.engines.each.llamacpp.options import gpu_share_default, split_sync_s_default
 from kvoffload.engines.each.llamacpp.placement import (
     _read_bytes,
@@ -88,6 +89,10 @@ def _step_parts_at(sc: Scenario, batch: float) -> Callable[[np.ndarray], dict[st
     gpu_att = np.where(kv_gpu_layer, 1.0, 0.0)
     hbm, att_bw = system.gpu.streaming_bandwidth, system.gpu.attention_rate
     host_bw, host_flops = host_read_rate(sc), system.host.flops.value
+    # a cache in a ggml block format costs more than its bytes to attend over (attention.py): its
+    # bytes count as this many bytes at the f16 rate (1 for f16), the recurrent state as itself
+    gpu_kv_scale = att_bw / attention.gpu_kv_rate(sc)
+    cpu_kv_scale = host_bw / attention.cpu_kv_rate(sc)
     cpu_rate_w = cpu_weight_rate(sc)
     ups, downs = _hand_overs(sc, table, on_gpu)
     activations = batch * model.hidden * 4  # llama.cpp's activations are f32
@@ -109,17 +114,19 @@ def _step_parts_at(sc: Scenario, batch: float) -> Callable[[np.ndarray], dict[st
 
     def at(context: np.ndarray) -> dict[str, np.ndarray]:
         held = np.minimum(np.asarray(context, dtype=np.float64)[..., None], window)
-        kv_bytes = batch * held * kvb + state
+        kv_bytes = batch * held * kvb
+        gpu_kv = kv_bytes * gpu_kv_scale + state
+        cpu_kv = kv_bytes * cpu_kv_scale + state
         attn_flops = batch * held * attn_per_token
         gpu = (
             np.maximum(
-                w_gpu / hbm + kv_bytes * gpu_att / att_bw,
+                w_gpu / hbm + gpu_kv * gpu_att / att_bw,
                 (f_gpu + attn_flops * gpu_att) / system.compute_rate,
             ).sum(axis=-1)
             / share
         )
         cpu = np.maximum(
-            w_cpu / cpu_rate_w + kv_bytes * (1 - gpu_att) / host_bw,
+            w_cpu / cpu_rate_w + cpu_kv * (1 - gpu_att) / host_bw,
             (f_cpu + attn_flops * (1 - gpu_att)) / host_flops,
         ).sum(axis=-1)
         return {"gpu": gpu, "cpu": cpu, "link": np.broadcast_to(link, np.shape(gpu))}
