@@ -30,7 +30,9 @@ from kvoffload.spec.errors import InputError
 from kvoffload.spec.hardware import load_system, system_ids
 from kvoffload.spec.models import load_model, model_ids
 from kvoffload.spec.precision import KvFormat
-from kvoffload.studies import decode_step
+from kvoffload.studies import calculator_advice, calculator_llamacpp, decode_step
+from kvoffload.studies.advise import row
+from kvoffload.studies.advise_search import LLAMACPP_KV, Workload, search
 from kvoffload.studies.calculator_data import (
     FIGURES,
     WEIGHT_FORMATS,
@@ -479,3 +481,158 @@ def test_the_chapter_widget_fits_a_360_px_column(widget_page):
     assert got["scroll"] <= 360 and got["right"] <= 360, got
     assert got["paths"] >= 2 and "ms budget" in got["text"]
     assert not errors
+
+
+# ------------------------------------------------------------- llama.cpp and advise ---------
+
+LLAMACPP_POINTS = 200
+ADVISE_TRIPLES = 200
+
+
+def _llamacpp_point(rng: random.Random, models: dict) -> dict:
+    """Return a page point on the llama.cpp engine: a GGUF format, -ngl and expert placement."""
+    model = rng.choice(sorted(models))
+    m = models[model]
+    machine = rng.choice(system_ids())
+    limit = m.max_positions or 2_000_000
+    generate = rng.choice([1, rng.randint(1, 16), rng.randint(17, 512)])
+    n = m.n_layers
+    point = {
+        "machine": machine,
+        "figures": {},
+        "model": model,
+        "engine": "llamacpp",
+        "weights_format": rng.choice(calculator_llamacpp.llamacpp_formats(m)),
+        "kv_format": rng.choice(LLAMACPP_KV),
+        "prompt": int(_log_uniform(rng, 1, max(2, limit - generate))),
+        "generate": generate,
+        "batch": rng.choice([1, 1, 1, rng.randint(2, 64)]),
+        "llamacpp": {
+            "n_gpu_layers": rng.choice([None, rng.randint(0, n + 1)]),
+            "n_cpu_moe": rng.choice([0, rng.randint(0, n)]) if m.moe else 0,
+            "cpu_moe": bool(m.moe) and rng.random() < 0.2,
+            "no_kv_offload": rng.random() < 0.15,
+            "threads": rng.choice([None, None, rng.randint(1, 96)]),
+        },
+    }
+    if rng.random() < 0.3:  # a machine of the reader's: mmap pages what host memory cannot hold
+        point["figures"] = {
+            "host_memory": rng.choice([16e9, 64e9, 256e9]),
+            "gpu_memory": rng.choice([8e9, 24e9, 96e9]),
+        }
+    return point
+
+
+def test_the_llamacpp_engine_matches_kvoffload_predict_at_random_points(page):
+    pg, errors, offhost = page
+    rng = random.Random(2604)
+    models = {m: load_model(m) for m in model_ids()}
+    compared = 0
+    for _ in range(LLAMACPP_POINTS):
+        point = _llamacpp_point(rng, models)
+        shown = pg.evaluate("(p) => window.kvoCalc.set(p)", point)
+        scenario = scenario_for(point)
+        assert yaml.safe_load(shown["scenario"]) == scenario, point
+        p = predict(parse_scenario(scenario), check=False)
+        assert shown["error"] == "", (point, shown["error"])
+        for key, want in (
+            ("tpot_ms", p.tpot_s * 1e3),
+            ("ttft_ms", p.ttft_s * 1e3),
+            ("memory_gpu_bytes", float(p.memory.gpu)),
+            ("memory_cpu_bytes", float(p.memory.cpu)),
+            ("memory_disk_bytes", float(p.memory.disk)),
+        ):
+            assert _close(float(shown[key]), want), (point, key, shown[key], want)
+        sc = parse_scenario(scenario)
+        assert (shown["fits"] == "yes") == (not shortfalls(sc.system, p.memory)), point
+        compared += 1
+    assert compared == LLAMACPP_POINTS
+    assert not errors and not offhost
+
+
+def _advise_best(machine: str, model: str, context: int) -> dict | None:
+    """Return advise's fastest row for the page's lookup: the grid context at or above ``context``."""
+    grid = [c for c in calculator_advice.CONTEXTS if c >= context] or [
+        calculator_advice.CONTEXTS[-1]
+    ]
+    m = load_model(model)
+    wl = Workload(min(grid[0], m.max_positions or grid[0]))
+    s = search(load_system(machine), m, wl, fastest_only=True)
+    return row(s.choices[0], m, wl) if s.choices else None
+
+
+def test_the_best_placement_is_advises_for_random_machines_models_and_contexts(page):
+    pg, errors, offhost = page
+    rng = random.Random(426)
+    checked_tpot = 0
+    for _ in range(ADVISE_TRIPLES):
+        machine, model = rng.choice(system_ids()), rng.choice(model_ids())
+        limit = load_model(model).max_positions
+        on_grid = [c for c in calculator_advice.CONTEXTS if limit is None or c <= limit]
+        context = (
+            rng.choice(on_grid) if on_grid and rng.random() < 0.6 else rng.randint(2, 1_100_000)
+        )
+        if limit is not None:
+            context = min(context, limit)
+        wl = Workload(context)
+        pg.evaluate(
+            "(p) => window.kvoCalc.set(p)",
+            {"machine": machine, "figures": {}, "model": model, "engine": "generic",
+             "weights_format": "bf16", "kv_format": "bf16", "context": context,
+             "generate": wl.generate, "batch": 1},
+        )  # fmt: skip
+        got = pg.evaluate("() => window.kvoCalc.best()")
+        want = _advise_best(machine, model, context)
+        if want is None:
+            assert got is None, (machine, model, context)
+            continue
+        for key in ("engine", "weights", "kv", "offload", "options", "command"):
+            assert got[key] == want[key], (machine, model, context, key)
+        assert _close(got["tokens_per_s"], want["tokens_per_s"])
+        shown = pg.evaluate("() => window.kvoCalc.read()")
+        assert shown["best"].startswith("kvoffload advise at"), shown["best"]
+        if want["engine"] == "llamacpp" and context in calculator_advice.CONTEXTS:
+            # put in the form at advise's own workload, the page's TPOT is advise's
+            assert _close(float(shown["tpot_ms"]), want["tpot_ms"]), (machine, model, context)
+            checked_tpot += 1
+    assert checked_tpot > 0
+    assert not errors and not offhost
+
+
+def test_the_context_takes_128k_and_1m_and_131072_gives_numbers(page):
+    pg, errors, _ = page
+    base = {"machine": "h200-sxm-pcie5", "figures": {}, "engine": "generic", "generate": 32,
+            "batch": 1, "weights_format": "bf16", "kv_format": "bf16",
+            "weights": {"gpu": 1, "cpu": 0, "disk": 0}, "kv": {"gpu": 0, "cpu": 1, "disk": 0},
+            "attention": "gpu", "overlap": "none", "pinned": True}  # fmt: skip
+    long = next(m for m in model_ids() if (load_model(m).max_positions or 2**21) >= 2**20)
+    for text, tokens, model in (("128K", 131072, "llama-3.1-8b"), ("1M", 1048576, long),
+                                ("131,072", 131072, "llama-3.1-8b")):  # fmt: skip
+        shown = pg.evaluate(
+            "(p) => window.kvoCalc.set(p)", {**base, "model": model, "context": text}
+        )
+        assert shown["error"] == "", (text, shown["error"])
+        assert yaml.safe_load(shown["scenario"])["workload"]["prompt"] == tokens - 32
+    shown = pg.evaluate("(p) => window.kvoCalc.set(p)", {**base, "model": "llama-3.1-8b",
+                                                         "context": 131072})  # fmt: skip
+    assert shown["error"] == "" and float(shown["tpot_ms"]) > 0
+    for key in ("tpot_ms", "ttft_ms", "memory_gpu_bytes", "fits", "verdict", "no_offload"):
+        assert shown[key] not in ("", "—"), key
+    assert not errors
+
+
+def test_one_overlap_list_and_a_line_when_nothing_needs_offloading(page):
+    pg, _, _ = page
+    options = pg.evaluate(
+        "() => [...document.querySelectorAll('#kvo-overlap option')].map(o => o.value)"
+    )
+    assert options == list(decode.OVERLAP_MODES)
+    small = {"machine": "h200-sxm-pcie5", "figures": {}, "model": "llama-3.1-8b",
+             "engine": "llamacpp", "weights_format": "q4_k_m", "kv_format": "fp16",
+             "context": 8192, "generate": 32, "batch": 1,
+             "llamacpp": {"n_gpu_layers": None, "n_cpu_moe": 0}}  # fmt: skip
+    shown = pg.evaluate("(p) => window.kvoCalc.set(p)", small)
+    assert shown["no_offload"] == "yes"
+    assert shown["command"].startswith("llama-server -m llama-3.1-8b-Q4_K_M.gguf -ngl 99")
+    big = {**small, "machine": "rtx-4090-desktop", "model": "qwen3-235b-a22b"}
+    assert pg.evaluate("(p) => window.kvoCalc.set(p)", big)["no_offload"] == "no"

@@ -1,7 +1,8 @@
 """The offline calculator page: one HTML file, its script and stylesheet, the model's data inline.
 
 The page (``calculator.html`` at the site's root) evaluates the generic engine's step model in the
-browser with ``calculator/model.js`` (every function mirrors one in ``kvoffload.model``) over the
+browser with ``calculator/model.js`` (every function mirrors one in ``kvoffload.model``), and
+llama.cpp's placement with ``calculator/llamacpp.js``, over the
 JSON ``studies.calculator_data`` exports; the page's other modules (``CALCULATOR_MODULES``) are
 joined after it, in order, into its one script. It loads nothing from another host and needs no
 server: it works from ``file://``.
@@ -273,11 +274,20 @@ def page_html(data: dict[str, Any]) -> str:
   prefill of the whole batch; memory what each tier holds at the end of generation, with the
   GPU's staging buffers. A test holds every figure on this page to the Python package at a
   thousand random points.</p>
-  <p>Left out, because the page cannot express them: weights placed tensor group by tensor group
-  (routed experts on the CPU, <code>compute: cpu</code>), a MoE router's measured skew and
-  expert caches (routing here is uniform), several GPUs as separate devices, and the engines
-  that place things by their own rules (llama.cpp, vLLM, FlexGen, ZeRO-Inference, Accelerate,
-  InfLLM). For those, write a scenario file and run <code>kvoffload predict</code>.</p>
+  <p>The llama.cpp engine is <code>src/kvoffload/engines/each/llamacpp.py</code>'s rules:
+  <code>-ngl</code> puts the last layers and the output layer on the GPU, each layer's KV with
+  it; <code>--n-cpu-moe</code> and <code>--cpu-moe</code> keep routed experts in host memory,
+  computed on the CPU at its matvec rate for the format and threads; each hand-over between the
+  devices costs a synchronisation; weights past host memory are paged from disk (mmap). A test
+  holds it to <code>kvoffload predict</code> at two hundred random points. The best placement
+  is <code>kvoffload advise --model all</code>'s answer, computed for every catalog machine and
+  model at 4K, 16K, 32K, 128K, 256K and 1M tokens (the next at or above your context).</p>
+  <p>Left out, because the page cannot express them: on the generic engine, weights placed
+  tensor group by tensor group (<code>compute: cpu</code>); llama.cpp's <code>-ot</code> rules,
+  <code>--numa</code> and <code>--no-mmap</code>; a MoE router's measured skew and expert caches
+  (routing here is uniform), several GPUs as separate devices, and the engines that place things
+  by their own rules (vLLM, FlexGen, ZeRO-Inference, Accelerate, InfLLM). For those, write a
+  scenario file and run <code>kvoffload predict</code>.</p>
   <p>The reuse question is the one exception: it runs on vLLM's own prefix cache and placement
   (<code>src/kvoffload/model/reuse.py</code> with the rule <code>engines/each/vllm.py</code>
   builds), and prints its own scenario; a test holds it to the package at two hundred random
