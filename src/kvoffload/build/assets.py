@@ -9,7 +9,10 @@ from pathlib import Path
 
 from kvoffload.spec import catalog
 
+VENDOR = "vendor"  # under book/_static/: the vendored files
 VENDOR_VERSIONS = "VERSIONS"  # in book/_static/vendor/: what the vendored files were made from
+VEGA_BUNDLE = "vega-bundle.js"
+MATHJAX = "mathjax/tex-svg.js"
 
 
 def _vendor_versions() -> str:
@@ -30,6 +33,18 @@ def _mathjax_version() -> str:
     return "unknown"
 
 
+def vendor_current(static: Path) -> bool:
+    """True when ``static``'s vendored files are there and made from the installed versions."""
+    vendor = static / VENDOR
+    stamp = vendor / VENDOR_VERSIONS
+    return (
+        (vendor / VEGA_BUNDLE).is_file()
+        and (vendor / MATHJAX).is_file()
+        and stamp.is_file()
+        and stamp.read_text(encoding="utf-8") == _vendor_versions()
+    )
+
+
 def vendor_assets(static: Path) -> None:
     """Write the Vega bundle (wrapped so it cannot clash with Sphinx's globals) and MathJax.
 
@@ -37,22 +52,17 @@ def vendor_assets(static: Path) -> None:
     installed versions and the files are there, nothing is regenerated (the Vega bundle takes
     seconds to produce).
     """
-    vendor = static / "vendor"
-    bundle_path, mathjax_path = vendor / "vega-bundle.js", vendor / "mathjax" / "tex-svg.js"
+    if vendor_current(static):
+        return
+    vendor = static / VENDOR
+    bundle_path, mathjax_path = vendor / VEGA_BUNDLE, vendor / MATHJAX
     stamp = vendor / VENDOR_VERSIONS
     versions = _vendor_versions()
-    if (
-        bundle_path.is_file()
-        and mathjax_path.is_file()
-        and stamp.is_file()
-        and stamp.read_text(encoding="utf-8") == versions
-    ):
-        return
     import mathjax
     import vl_convert
 
     stamp.unlink(missing_ok=True)
-    (vendor / "mathjax").mkdir(parents=True, exist_ok=True)
+    mathjax_path.parent.mkdir(parents=True, exist_ok=True)
     bundle = "(function () {\n" + vl_convert.javascript_bundle() + "\n})();\n"
     write_if_changed(bundle_path, bundle)
     src = Path(mathjax.__file__).parent / "static" / "mathjax" / "es5" / "tex-svg.js"

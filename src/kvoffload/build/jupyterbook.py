@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -12,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from kvoffload.build.errors import BuildError
-from kvoffload.build.sphinx_run import WHEN_TOLD
+from kvoffload.build.sphinx_run import INIT, WHEN_TOLD
 
 OFFSITE = re.compile(
     r"""<(?:script|link)\b[^>]*?(?:src|href)\s*=\s*["'](?:https?:)?//""", re.IGNORECASE
@@ -41,8 +42,9 @@ class WarmSphinx:
     """A Sphinx build process started early, used at most once (a context manager).
 
     It imports Sphinx and the book's extensions (more than a second) while the caller still
-    prepares the pages, then builds when ``run`` tells it to. Left unused, or on an error or
-    an interrupt, it is killed when the ``with`` block ends.
+    prepares the pages, then builds when ``run`` tells it to; ``setup`` (once everything but the
+    pages is in place) has it set Sphinx up ahead too. Left unused, or on an error or an
+    interrupt, it is killed when the ``with`` block ends.
     """
 
     def __init__(self, src: Path, staging: Path) -> None:
@@ -58,6 +60,13 @@ class WarmSphinx:
             text=True,
         )
         return self
+
+    def setup(self) -> None:
+        """Have Sphinx set up now: the configuration, contents and static files are final."""
+        if self.proc is not None and self.proc.stdin is not None:
+            with contextlib.suppress(OSError):  # ended already: run() reports its error
+                self.proc.stdin.write(f"{INIT}\n")
+                self.proc.stdin.flush()
 
     def run(self, src: Path, staging: Path) -> subprocess.CompletedProcess[str]:
         """Tell the process to build ``src`` into ``staging`` (the paths it was started for)."""

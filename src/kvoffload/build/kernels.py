@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import signal
 import subprocess
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -30,6 +33,18 @@ _RESET = (
     "del _kvoffload_os\n"
     # counted as a fresh kernel counts: this cell ends by adding one, the chapter's first is 1
     "get_ipython().execution_count = 0\n"
+)
+# run once in a new kernel, before its first notebook: the modules the chapters will import,
+# loaded while the caller still prepares (a module a chapter imports stays loaded, as it does
+# between two chapters of a warm kernel); one that fails to import is left to the chapter
+_PREIMPORT = (
+    "import importlib as _kvoffload_importlib\n"
+    "for _kvoffload_name in {names!r}:\n"
+    "    try:\n"
+    "        _kvoffload_importlib.import_module(_kvoffload_name)\n"
+    "    except Exception:\n"
+    "        pass\n"
+    "del _kvoffload_importlib, _kvoffload_name\n"
 )
 
 
@@ -68,8 +83,11 @@ class CellFailure:
 class Kernel:
     """One warm IPython kernel, driven from a single thread."""
 
-    def __init__(self, cwd: Path) -> None:
-        """Start the kernel with ``cwd`` as its working folder; wait until it answers."""
+    def __init__(self, cwd: Path, on_spawn: Callable[[], None] | None = None) -> None:
+        """Start the kernel with ``cwd`` as its working folder; wait until it answers.
+
+        ``on_spawn`` is called once the kernel's process is started, before it answers.
+        """
         from nbformat.v4 import new_notebook
 
         self.cwd = str(cwd)
@@ -80,6 +98,8 @@ class Kernel:
         # the kernel's own chatter (a warning about its transport) is not the build's: failures
         # come back as error messages
         boot.start_new_kernel(cwd=self.cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if on_spawn is not None:
+            on_spawn()
         boot.start_new_kernel_client()
         self._km, self._kc = boot.km, boot.kc
 
@@ -120,6 +140,14 @@ class Kernel:
         except Exception as exc:  # a timeout, a dead kernel, an error: this kernel is done
             self.kill()
             raise KernelBroken(f"{type(exc).__name__}: {exc}") from exc
+
+    def preimport(self, names: Sequence[str]) -> None:
+        """Import the modules ``names`` in the kernel (each one that fails is skipped)."""
+        from nbformat.v4 import new_code_cell, new_notebook
+
+        nb = new_notebook(cells=[new_code_cell(_PREIMPORT.format(names=list(names)))])
+        with contextlib.suppress(Exception):  # a broken kernel is found and replaced by run()
+            self._client(nb, timeout=CELL_TIMEOUT_S).execute()
 
     def run(self, nb) -> CellFailure | None:
         """Execute ``nb`` in place in a clean namespace; return the failing cell, if one raised."""
@@ -168,3 +196,75 @@ class Kernel:
             # the connection file of the ended kernel; best effort, the kernel is gone either way
             with contextlib.suppress(Exception):
                 run_sync(self._km.cleanup_resources)()
+
+
+class EarlyKernel:
+    """A kernel started on a thread of its own before the jobs are known, then handed to them.
+
+    The constructor returns once the kernel's process is started; the kernel's own start (a
+    second or more) overlaps the caller's imports and preparation. ``preimport`` names the
+    modules the jobs import, loaded as soon as the kernel answers; ``take`` returns the kernel,
+    ready. Whoever does not take it calls ``close``.
+    """
+
+    def __init__(self, cwd: Path) -> None:
+        """Start a kernel in ``cwd`` on a new thread; return when its process runs."""
+        self._names: queue.SimpleQueue[list[str]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._kernel: Kernel | None = None  # started and not taken
+        self._error: BaseException | None = None
+        self._ended = False  # killed or closed: a kernel that starts afterwards is ended
+        spawned = threading.Event()
+        self._thread = threading.Thread(
+            target=self._start, args=(cwd, spawned), name="kvoffload-early-kernel", daemon=True
+        )
+        self._thread.start()
+        spawned.wait(START_TIMEOUT_S)
+
+    def _start(self, cwd: Path, spawned: threading.Event) -> None:
+        try:
+            kernel = Kernel(cwd, on_spawn=spawned.set)
+        except BaseException as exc:  # raised by take(), for the job that needed the kernel
+            self._error = exc
+            return
+        finally:
+            spawned.set()
+        with self._lock:
+            self._kernel = kernel
+            ended = self._ended
+        if ended:
+            kernel.kill()
+        else:
+            kernel.preimport(self._names.get())
+
+    def preimport(self, names: Sequence[str]) -> None:
+        """Import ``names`` in the kernel as soon as it answers (called at most once)."""
+        self._names.put(list(names))
+
+    def take(self) -> Kernel:
+        """Return the kernel once started and warmed; raise what kept it from starting."""
+        self._names.put([])  # nothing (more) to import: do not wait for a list
+        self._thread.join()
+        with self._lock:
+            kernel, self._kernel = self._kernel, None
+        if kernel is None:
+            raise self._error or KernelBroken("the kernel was closed before it was taken")
+        return kernel
+
+    def kill(self) -> None:
+        """Kill the kernel now, started or still starting, unless taken (from any thread)."""
+        with self._lock:
+            self._ended = True
+            kernel = self._kernel
+        if kernel is not None:
+            kernel.kill()
+
+    def close(self) -> None:
+        """End the kernel unless it was taken."""
+        self.kill()
+        self._names.put([])
+        self._thread.join()
+        with self._lock:
+            kernel, self._kernel = self._kernel, None
+        if kernel is not None:
+            kernel.close()

@@ -4,21 +4,25 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from kvoffload.build import notebook_cache
-from kvoffload.build.assets import catalog_bib, vendor_assets
+from kvoffload.build.assets import VENDOR, catalog_bib, vendor_assets, vendor_current
 from kvoffload.build.jupyterbook import WarmSphinx, build_and_swap
-from kvoffload.build.pages import prepare_page
+from kvoffload.build.kernels import EarlyKernel
 from kvoffload.build.profiles import Profile, resolve_profile
 from kvoffload.build.runner import (
     Chapter,
     Job,
     Outcome,
     cached,
+    chapter_imports,
     chapters,
+    chapters_folder,
     check_parameters,
     declared_parameters,
     per_profile,
@@ -26,8 +30,10 @@ from kvoffload.build.runner import (
     select,
 )
 from kvoffload.spec.errors import InputError
-from kvoffload.spec.models import load_model
 from kvoffload.spec.text import markdown_text
+
+# imported once the kernel has started (they take a second; the kernel's start overlaps them):
+# kvoffload.build.pages and kvoffload.spec.models
 
 # each profile's executed chapters, kept by their inputs (code, parameters, files): a run for the
 # same machine into another folder takes them instead of executing again
@@ -58,32 +64,69 @@ def run_for_profile(
     """Execute chapters for one profile into ``out`` and build offline standalone pages there."""
     profile = resolve_profile(hardware)
     chosen = select(chapters(root), chapter_keys)
-    if model is not None:
-        load_model(model)  # refuse an unknown model before starting kernels
-        model = str(Path(model).resolve()) if Path(model).exists() else model
     out = (out or Path("kvoffload-run") / profile.id).resolve()
-    claim_folder(out)
-    src, staging = out / ".site-src", out / ".site-build"
-    # the last run's pages go before Sphinx starts: removed under its imports, the extension's
-    # folder would be remembered as missing and the build would fail to import it
-    shutil.rmtree(src, ignore_errors=True)
-    with WarmSphinx(src, staging) as warm:  # Sphinx's imports overlap the chapters' runs
-        outcomes = _run(root, profile, chosen, model, out, src, n_jobs, progress)
-        build_and_swap(src, staging, out / "html", extra={MARKER: _MARKER_TEXT.encode()}, warm=warm)
-    return RunResult([out / f"{c.name}.ipynb" for c in chosen], out / "html", outcomes)
+    # with no run kept for these chapters they will execute: their kernel starts now, and its
+    # start and the chapters' imports overlap everything this process does before they run
+    stored = [d / f"{c.name}.ipynb" for d in (out, root / RUNS / profile.id) for c in chosen]
+    early = None if any(p.is_file() for p in stored) else EarlyKernel(chapters_folder(root))
+    try:
+        if early is not None:
+            early.preimport(chapter_imports(chosen))
+        return _run_and_build(root, profile, chosen, model, out, n_jobs, progress, early)
+    finally:
+        if early is not None:
+            early.close()  # when not taken (an error before the jobs ran)
 
 
-def _run(
+def _run_and_build(
     root: Path,
     profile: Profile,
     chosen: list[Chapter],
     model: str | None,
     out: Path,
-    src: Path,
     n_jobs: int | None,
     progress: bool,
-) -> list[Outcome]:
-    """Execute the chosen chapters into ``out`` and write the pages' book in ``src``."""
+    early: EarlyKernel | None,
+) -> RunResult:
+    """Execute the chosen chapters into ``out`` and build their pages in ``out/html``."""
+    if model is not None:
+        from kvoffload.spec.models import load_model
+
+        load_model(model)  # refuse an unknown model before running chapters
+        model = str(Path(model).resolve()) if Path(model).exists() else model
+    claim_folder(out)
+    src, staging = out / ".site-src", out / ".site-build"
+    # the last run's pages go before Sphinx starts: removed under its imports, the extension's
+    # folder would be remembered as missing and the build would fail to import it
+    shutil.rmtree(src, ignore_errors=True)
+    jobs = _jobs(profile, chosen, model, out)
+    runs = root / RUNS / profile.id
+    for job in jobs:
+        _take_stored(job, runs / job.out.name)
+    static = root / "book" / "_static"
+    vendor = _VendorAssets(static)  # made in a process of its own when missing (seconds)
+    with vendor, WarmSphinx(src, staging) as warm:  # Sphinx's imports overlap the chapters' runs
+        _write_book(root, profile, chosen, src, with_vendor=vendor.proc is None)
+        warm.setup()  # everything but the pages is in place: Sphinx sets up while they run
+        from kvoffload.build.pages import prepare_page
+
+        outcomes = run_jobs(jobs, n_jobs=n_jobs, progress=progress, early=early)
+        for job in jobs:
+            _keep(job.out, runs / job.out.name)
+        if vendor.proc is not None:
+            vendor.wait()
+            shutil.copytree(static / VENDOR, src / "book" / "_static" / VENDOR)
+        for job in jobs:
+            shutil.copy2(job.out, src / job.out.name)
+            # the page's copy: its title names the machine, its parameters show folded
+            machine = profile.system if per_profile(job.chapter) else None
+            prepare_page(src / job.out.name, job.chapter, machine)
+        build_and_swap(src, staging, out / "html", extra={MARKER: _MARKER_TEXT.encode()}, warm=warm)
+    return RunResult([out / f"{c.name}.ipynb" for c in chosen], out / "html", outcomes)
+
+
+def _jobs(profile: Profile, chosen: list[Chapter], model: str | None, out: Path) -> list[Job]:
+    """Return one job per chosen chapter, its parameters checked."""
     params = {"model": model} if model is not None else {}
     jobs = []
     for chapter in chosen:
@@ -93,27 +136,61 @@ def _run(
         }
         check_parameters(chapter, values)
         jobs.append(Job(chapter, profile.id, values, out / f"{chapter.name}.ipynb", profile.files))
-    runs = root / RUNS / profile.id
-    for job in jobs:
-        _take_stored(job, runs / job.out.name)
-    outcomes = run_jobs(jobs, n_jobs=n_jobs, progress=progress)
-    for job in jobs:
-        _keep(job.out, runs / job.out.name)
+    return jobs
+
+
+_MAKE_VENDOR = (
+    "import sys; from pathlib import Path; from kvoffload.build.assets import vendor_assets; "
+    "vendor_assets(Path(sys.argv[1]))"
+)
+
+
+class _VendorAssets:
+    """The Vega bundle and MathJax as the book keeps them (git-ignored), made once per version,
+    then copied with the rest of the static files: the Vega bundle takes seconds
+    and holds the interpreter's lock meanwhile, so when missing they are made in a process of
+    their own while the chapters run (a context manager: left running, it is killed)."""
+
+    def __init__(self, static: Path) -> None:
+        self.static = static
+        self.proc: subprocess.Popen[bytes] | None = None
+        if not vendor_current(static):
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", _MAKE_VENDOR, str(static)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+
+    def wait(self) -> None:
+        """Wait for the files; when that process failed, make them here (raising its error)."""
+        if self.proc is not None and self.proc.wait() != 0:
+            vendor_assets(self.static)
+
+    def __enter__(self) -> _VendorAssets:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _write_book(
+    root: Path, profile: Profile, chosen: list[Chapter], src: Path, *, with_vendor: bool
+) -> None:
+    """Write the pages' book in ``src``, the pages aside: static files (the vendored ones when
+    ``with_vendor``), extension, bibliography, index, contents, then the configuration."""
+    static = root / "book" / "_static"
+    shutil.copytree(
+        static,
+        src / "book" / "_static",
+        ignore=lambda folder, names: [] if with_vendor or Path(folder) != static else [VENDOR],
+    )
     (src / "book" / "generated").mkdir(parents=True)
-    for job in jobs:
-        shutil.copy2(job.out, src / job.out.name)
-        # the page's copy: its title names the machine, its parameters show folded
-        machine = profile.system if per_profile(job.chapter) else None
-        prepare_page(src / job.out.name, job.chapter, machine)
-    # the Vega bundle and MathJax as the book keeps them (git-ignored): made once per version
-    # (the bundle takes seconds), then copied with the rest of the static files
-    vendor_assets(root / "book" / "_static")
-    shutil.copytree(root / "book" / "_static", src / "book" / "_static")
     shutil.copytree(root / "book" / "_ext", src / "book" / "_ext")
     bib = (root / "book" / "references.bib").read_text(encoding="utf-8")
     (src / "book" / "references.bib").write_text(bib, encoding="utf-8")
     (src / "book" / "generated" / "catalog.bib").write_text(catalog_bib(bib), encoding="utf-8")
-    shutil.copy2(root / "_config.yml", src / "_config.yml")
     index = [
         f"# {markdown_text(profile.system.name)}",
         "",
@@ -125,7 +202,10 @@ def _run(
     (src / "index.md").write_text("\n".join(index) + "\n", encoding="utf-8")
     toc = ["format: jb-book", "root: index", "chapters:", *[f"  - file: {c.name}" for c in chosen]]
     (src / "_toc.yml").write_text("\n".join(toc) + "\n", encoding="utf-8")
-    return outcomes
+    # last, and whole: Sphinx's preloading reads it if it is there, and then the extension too
+    tmp = src / "._config.yml.tmp"
+    shutil.copy2(root / "_config.yml", tmp)
+    os.replace(tmp, src / "_config.yml")
 
 
 def _take_stored(job: Job, stored: Path) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from kvoffload.build import notebook_cache
 from kvoffload.build.errors import ChapterError
-from kvoffload.build.kernels import KERNEL_NAME, CellFailure, Kernel, KernelBroken
+from kvoffload.build.kernels import KERNEL_NAME, CellFailure, EarlyKernel, Kernel, KernelBroken
 from kvoffload.spec.errors import InputError
 from kvoffload.spec.signals import stop_on_signals
 
@@ -65,9 +65,14 @@ def find_root(start: Path | None = None) -> Path:
     )
 
 
+def chapters_folder(root: Path) -> Path:
+    """Return the folder of the chapters (their kernels' working folder)."""
+    return root / "notebooks"
+
+
 def chapters(root: Path) -> list[Chapter]:
     """Return the chapters in order."""
-    return [Chapter(p) for p in sorted((root / "notebooks").glob("[0-9][0-9]_*.md"))]
+    return [Chapter(p) for p in sorted(chapters_folder(root).glob("[0-9][0-9]_*.md"))]
 
 
 def select(all_chapters: Sequence[Chapter], keys: Iterable[str] | None) -> list[Chapter]:
@@ -129,6 +134,27 @@ def declared_parameters(chapter: Chapter) -> dict[str, Any]:
         ):
             out[node.targets[0].id] = ast.literal_eval(node.value)
     return out
+
+
+def chapter_imports(chosen: Iterable[Chapter]) -> list[str]:
+    """Return the modules the chapters' code cells import (and the names imported from them
+    that may be modules), in order, each once: what a kernel can load before they run."""
+    names: list[str] = []
+    for chapter in chosen:
+        for cell in _read(chapter.path).cells:
+            if cell.cell_type != "code":
+                continue
+            try:
+                tree = ast.parse(cell.source)
+            except SyntaxError:  # a cell with IPython magics
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    names += [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    names.append(node.module)
+                    names += [f"{node.module}.{alias.name}" for alias in node.names]
+    return list(dict.fromkeys(names))
 
 
 def check_parameters(chapter: Chapter, params: dict[str, Any]) -> None:
@@ -316,12 +342,15 @@ def _execute(job: Job, kernel: Kernel) -> Outcome:
 class _Pool:
     """Worker threads, each driving one warm kernel through jobs taken from a shared queue."""
 
-    def __init__(self, todo: Sequence[Job], workers: int, cwd: Path) -> None:
+    def __init__(
+        self, todo: Sequence[Job], workers: int, cwd: Path, early: EarlyKernel | None = None
+    ) -> None:
         self.pending: queue.SimpleQueue[Job] = queue.SimpleQueue()
         for job in todo:
             self.pending.put(job)
         self.results: queue.SimpleQueue[tuple[Job, Outcome | BaseException]] = queue.SimpleQueue()
         self.cwd = cwd
+        self.early = early  # a kernel started ahead: the first worker's
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.kernels: list[Kernel] = []
@@ -333,7 +362,8 @@ class _Pool:
             t.start()
 
     def _kernel(self) -> Kernel | None:
-        kernel = Kernel(self.cwd)
+        early, self.early = self.early, None  # taken by one worker only (under the GIL)
+        kernel = early.take() if early is not None else Kernel(self.cwd)
         with self.lock:
             if self.stop.is_set():  # stopped while it started: end it here
                 kernel.kill()
@@ -376,6 +406,8 @@ class _Pool:
         with self.lock:
             self.stop.set()
             kernels = list(self.kernels)
+        if self.early is not None:
+            self.early.kill()
         for kernel in kernels:
             kernel.kill()
         for t in self.threads:
@@ -383,10 +415,17 @@ class _Pool:
 
 
 def run_jobs(
-    jobs: Sequence[Job], *, n_jobs: int | None = None, progress: bool = True
+    jobs: Sequence[Job],
+    *,
+    n_jobs: int | None = None,
+    progress: bool = True,
+    early: EarlyKernel | None = None,
 ) -> list[Outcome]:
     """Run every job whose code or inputs changed, in warm kernels; raise ChapterError listing all
-    failures. A job whose prose alone changed is re-rendered from its stored run, not executed."""
+    failures. A job whose prose alone changed is re-rendered from its stored run, not executed.
+
+    ``early``: a kernel started ahead in the chapters' folder, used by the first worker (and
+    closed here when no job needs it)."""
     outcomes: list[Outcome] = []
     todo: list[Job] = []
     for job in jobs:
@@ -402,7 +441,7 @@ def run_jobs(
         workers = max(1, min(n_jobs or os.cpu_count() or 1, len(todo)))
         bar = tqdm(total=len(todo), desc="executing chapters", unit="chapter", disable=not progress)
         with stop_on_signals():
-            pool = _Pool(todo, workers, todo[0].chapter.path.parent)
+            pool = _Pool(todo, workers, todo[0].chapter.path.parent, early)
             try:
                 for _ in todo:
                     job, result = pool.results.get()
@@ -421,6 +460,8 @@ def run_jobs(
                 raise
             finally:
                 bar.close()
+    if early is not None:
+        early.close()  # not taken: every job was cached, or the pool stopped first
     if failures:
         raise ChapterError("; ".join(sorted(failures)))
     return outcomes

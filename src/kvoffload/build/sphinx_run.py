@@ -8,11 +8,14 @@ without the command-line layer, and leaves the process with ``os._exit`` once Sp
 everything: a rebuild of one page spends no time importing click or tearing down the
 interpreter's heap. The site it writes is the one ``jupyter-book build`` writes (a test builds
 both and compares them). Started with ``--when-told``, it imports Sphinx and the extensions
-while its caller is still preparing the pages, and builds when told to.
+while its caller is still preparing the pages, and builds when told to; told ``init`` first (the
+configuration, table of contents, extensions and static files are in place, only pages may
+still change), it also sets Sphinx up (extensions, theme, bibliography) before the pages exist.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -44,30 +47,41 @@ def sphinx_config(src: Path, *, user_yaml: bool = True) -> dict:
 
 def build(src: Path, out: Path) -> int:
     """Build the book in ``src`` into ``out/_build/html``; return Sphinx's status (0: success)."""
-    from sphinx.application import Sphinx
-    from sphinx.util.docutils import docutils_namespace, patch_docutils
-
-    config = sphinx_config(src)
-    with patch_docutils(None), docutils_namespace():
-        app = Sphinx(
-            srcdir=src,
-            confdir=None,
-            outdir=out / "_build" / "html",
-            doctreedir=out / "_build" / ".doctrees",
-            buildername="html",
-            confoverrides=config,
-            status=None,
-            warning=sys.stderr,
-            freshenv=False,
-            warningiserror=True,
-            parallel=1,
-            keep_going=True,
-        )
+    with contextlib.ExitStack() as scope:
+        app = setup(src, out, scope)
         app.build(False, [])
         return app.statuscode
 
 
+def setup(src: Path, out: Path, scope: contextlib.ExitStack):
+    """Return the Sphinx application for the book in ``src`` (docutils patched for ``scope``).
+
+    Its documents are found again when it builds: pages written after this are built.
+    """
+    from sphinx.application import Sphinx
+    from sphinx.util.docutils import docutils_namespace, patch_docutils
+
+    config = sphinx_config(src)
+    scope.enter_context(patch_docutils(None))
+    scope.enter_context(docutils_namespace())
+    return Sphinx(
+        srcdir=src,
+        confdir=None,
+        outdir=out / "_build" / "html",
+        doctreedir=out / "_build" / ".doctrees",
+        buildername="html",
+        confoverrides=config,
+        status=None,
+        warning=sys.stderr,
+        freshenv=False,
+        warningiserror=True,
+        parallel=1,
+        keep_going=True,
+    )
+
+
 WHEN_TOLD = "--when-told"  # import everything first, build only once "build" is read from stdin
+INIT = "init"  # read before "build": set Sphinx up now, the book's pages aside, are in place
 
 
 def preload(src: Path) -> None:
@@ -90,7 +104,8 @@ def main(argv: list[str]) -> int:
     """Build the book named by ``argv`` (source, output); print a failure to stderr.
 
     With ``--when-told`` first, import Sphinx and the book's extensions, then wait: build when
-    stdin gives the line ``build``, leave without building on anything else (or its end).
+    stdin gives the line ``build``, leave without building on anything else (or its end). A line
+    ``init`` before it sets Sphinx up while the pages are still being written.
     """
     told = argv[:1] == [WHEN_TOLD]
     argv = argv[1:] if told else argv
@@ -99,11 +114,19 @@ def main(argv: list[str]) -> int:
         return 2
     src, out = Path(argv[0]).absolute(), Path(argv[1]).absolute()
     try:
-        if told:
-            preload(src)
-            if sys.stdin.readline().strip() != "build":
+        if not told:
+            return build(src, out)
+        preload(src)
+        line = sys.stdin.readline().strip()
+        with contextlib.ExitStack() as scope:
+            app = setup(src, out, scope) if line == INIT else None
+            if app is not None:
+                line = sys.stdin.readline().strip()
+            if line != "build":
                 return 0
-        return build(src, out)
+            app = app or setup(src, out, scope)
+            app.build(False, [])
+            return app.statuscode
     except Exception as exc:  # Sphinx's own errors: the caller shows the last lines of stderr
         import traceback
 
