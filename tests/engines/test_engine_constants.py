@@ -8,6 +8,7 @@ import pytest
 from kvoffload.engines import prefix_cache
 from kvoffload.engines.each import flexgen, llamacpp, vllm
 from kvoffload.engines.scenario import parse_scenario, predict
+from kvoffload.model import decode
 from kvoffload.spec import catalog
 
 CONSTANTS = catalog.load("engine_constants")
@@ -154,3 +155,17 @@ def test_llamacpp_kv_dequant_is_re_derived_from_the_turboquant_depth_table():
     assert entry["value"] == pytest.approx(q8 / f16, rel=1e-6)
     assert entry["kind"] == "fitted" and entry["machine"]
     assert llamacpp.kv_dequant_gpu_default() == entry["value"]
+
+
+def test_llamacpp_mmq_int8_share_is_re_derived_from_pr_7676():
+    entry = CONSTANTS["llamacpp"]["mmq_int8_share"]
+    src = entry["from"]
+    raw = reference({**src, "kv": "fp16", "generate": 1}, {"n_ubatch": src["n_ubatch"]})
+    sc = parse_scenario(raw, name="llama.cpp PR #7676 reference")
+    flops = float(decode.prefill_flops(sc.model, src["prompt"]))
+    seconds = src["prompt"] / src["tokens_per_s"]
+    share = flops / seconds / sc.system.gpu.flops_int8.value
+    assert entry["value"] == pytest.approx(share, rel=1e-6)
+    assert llamacpp.mmq_share_default() == entry["value"]
+    # compute-bound: with the stored share the reference prefill comes back at the measured rate
+    assert predict(sc, check=False).ttft_s == pytest.approx(seconds, rel=1e-6)

@@ -41,26 +41,35 @@ def prefill_flops(
 
 
 def ttft(
-    setup: Setup, prompt: ArrayLike, batch: ArrayLike = 1, cached: ArrayLike = 0
+    setup: Setup,
+    prompt: ArrayLike,
+    batch: ArrayLike = 1,
+    cached: ArrayLike = 0,
+    *,
+    rate: float | None = None,
+    gpu_weight_bytes: float | None = None,
 ) -> np.ndarray:
     """Return the prefill time (s): compute-bound matmuls and attention, weights streamed once.
 
     ``cached``: the prompt's first tokens are already in GPU memory (a prefix-cache hit, reloaded
     or kept): the new tokens are computed, their attention reads the cached KV once from GPU
     memory, and only the new tokens' KV is written out where the placement offloads it.
+    ``rate``: the FLOP/s the engine's prefill kernels reach (default: ``system.compute_rate``);
+    ``gpu_weight_bytes``: the weight bytes the GPU reads (default: every weight).
     """
     sysm, p = setup.system, setup.placement
     hbm = sysm.gpu.streaming_bandwidth
     weights = step_weight_bytes(setup.model, setup.weights)
+    gpu_weights = weights if gpu_weight_bytes is None else gpu_weight_bytes
     kv_total = _kv_total(setup, prompt, batch)
-    reads = weights / hbm
+    reads = gpu_weights / hbm
     if np.any(cached):
         c = np.asarray(cached, dtype=np.int64)
         prefix = _kv_total(setup, c, batch) - _kv_total(setup, np.zeros_like(c), batch)
         reads = reads + prefix / sysm.gpu.attention_rate
         kv_total = kv_total - prefix
     compute = np.maximum(
-        prefill_flops(setup.model, prompt, batch, cached) / sysm.compute_rate, reads
+        prefill_flops(setup.model, prompt, batch, cached) / (rate or sysm.compute_rate), reads
     )
     rate_in = sysm.copy_rate("h2d", pinned=p.pinned)
     rate_out = sysm.copy_rate("d2h", pinned=p.pinned)

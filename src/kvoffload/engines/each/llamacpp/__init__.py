@@ -37,7 +37,8 @@ active/inactive lists keep part resident, so the excess alone is the optimistic,
 
 The package holds one job per module: ``options`` (the options and the engine constants), ``attention``
 (the rates a KV cache is read at, by format and device),
-``placement`` (where each tensor lives, the CPU side's rates), ``step`` (the decode step) and
+``placement`` (where each tensor lives, the CPU side's rates), ``step`` (the decode step), ``prefill``
+(ubatches, the op-offload threshold, MMQ) and
 ``engine`` (the prediction and the registry entry). Their names are re-exported here.
 """
 
@@ -56,6 +57,7 @@ from kvoffload.engines.each.llamacpp.options import (
     _parse_rule,
     constants,
     gpu_share_default,
+    mmq_share_default,
     split_sync_s_default,
 )
 from kvoffload.engines.each.llamacpp.placement import (
@@ -72,6 +74,13 @@ from kvoffload.engines.each.llamacpp.placement import (
     tensor_devices,
     tensor_groups_summary,
 )
+from kvoffload.engines.each.llamacpp.prefill import (
+    OFFLOAD_MIN_BATCH,
+    is_gguf_quant,
+    offloaded,
+    prefill_rate,
+    weights_pinned,
+)
 from kvoffload.engines.each.llamacpp.step import _constants, _hand_overs, _step_parts_at, step_parts
 
 __all__ = [
@@ -80,6 +89,7 @@ __all__ = [
     "EXPS_REGEX",
     "MAX_LAYERS",
     "MAX_OVERRIDES",
+    "OFFLOAD_MIN_BATCH",
     "Layers",
     "Options",
     "_constants",
@@ -95,14 +105,19 @@ __all__ = [
     "gpu_share_default",
     "gpu_split",
     "host_read_rate",
+    "is_gguf_quant",
     "kv_dequant_gpu_default",
     "layers_per_gpu",
+    "mmq_share_default",
+    "offloaded",
     "override_rules",
     "paged_bytes",
     "placement",
     "predict",
+    "prefill_rate",
     "split_sync_s_default",
     "step_parts",
     "tensor_devices",
     "tensor_groups_summary",
+    "weights_pinned",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kvoffload.engines.each.llamacpp import prefill
 from kvoffload.engines.each.llamacpp.options import Options
 from kvoffload.engines.each.llamacpp.placement import (
     _read_bytes,
@@ -50,13 +51,7 @@ def predict(sc: Scenario) -> Prediction:
     kv_layers = kv.layer_bytes(sc.setup.cache_model, final, sc.setup.kv) * sc.batch
     kv_gpu = 0.0 if o.no_kv_offload else float(kv_layers[layer_on_gpu[:-1]].sum())
     kv_cpu = float(kv_layers.sum()) - kv_gpu
-    # prefill: batches of 32+ tokens copy the CPU-resident weights (not the embedding table) to the
-    # GPU and run there
-    streamed = float(table.nbytes[~on_gpu & (table.position >= 0)].sum())
-    on_gpu_setup = decode.Setup(system, model, sc.setup.weights, sc.setup.kv)
-    ttft = float(decode.ttft(on_gpu_setup, sc.prompt, sc.batch)) + streamed / system.copy_rate(
-        "h2d", pinned=sc.pinned_or(True)
-    )
+    ttft = prefill.ttft(sc, table, on_gpu)  # ubatches; ops on host weights where they run
     # mmap: weights past host capacity stay file pages, read back from disk every step
     paged = paged_bytes(sc, w_cpu, kv_cpu)
     if paged:

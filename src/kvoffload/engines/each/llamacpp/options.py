@@ -26,6 +26,11 @@ def gpu_share_default() -> float:
     return float(constants()["gpu_share"]["value"])
 
 
+def mmq_share_default() -> float:
+    """Return the share of the int8 tensor-core peak llama.cpp's MMQ prefill reaches (PR #7676)."""
+    return float(constants()["mmq_int8_share"]["value"])
+
+
 def split_sync_s_default() -> float:
     """Return the seconds one CPU<->GPU hand-over costs (PR #7526)."""
     return float(constants()["split_sync_us"]["value"]) * 1e-6
@@ -52,6 +57,11 @@ class Options(Strict):
     gpu_share: Annotated[float, Meta(gt=0, le=1)] | None = None
     split_sync_us: Annotated[float, Meta(ge=0, le=100_000)] | None = None  # default: PR #7526
     cache_ram: Annotated[int, Meta(ge=-1, le=1 << 32)] = 8192  # MiB; 0: off, -1: no limit
+    n_ubatch: Annotated[int, Meta(ge=1, le=1 << 20)] = 512  # -ub: tokens per physical batch
+    no_pinned: bool = False  # GGML_CUDA_NO_PINNED=1: the CUDA host buffer is pageable memory
+    # which code base: llama.cpp, or ik_llama.cpp (its -ngl keeps the output layer on the CPU,
+    # and it offloads a MoE op only when its experts see 32 tokens each on average)
+    fork: Literal["llama.cpp", "ik_llama"] = "llama.cpp"
 
     def __post_init__(self) -> None:
         """Split a comma-separated ``override_tensor`` and check each of its rules."""

@@ -12,10 +12,18 @@ from kvoffload.spec.units import format_bytes
 
 
 def placement(sc: Scenario) -> tuple[int, np.ndarray]:
-    """Return (n_gpu_layers, a mask over the layer positions and the output layer on the GPU)."""
+    """Return (n_gpu_layers, a mask over the layer positions and the output layer on the GPU).
+
+    ``fork: ik_llama``: ``i_gpu_start = n_layer - n_gpu_layers`` and the output layer goes to the
+    GPU only when ``n_gpu_layers > n_layer`` (ikawrakow/ik_llama.cpp src/llama.cpp at
+    8337e4cd3861406fc04e0854b1409cd1b027fbc9), so ``-ngl n_layer`` keeps the output layer, not
+    layer 0, on the CPU.
+    """
     n = sc.model.n_layers
     ngl = sc.options.n_gpu_layers if sc.options.n_gpu_layers is not None else n + 1
     ngl = min(ngl, n + 1)
+    if sc.options.fork == "ik_llama":
+        return ngl, np.append(np.arange(n) >= max(n - ngl, 0), ngl > n)
     i_gpu_start = max(n + 1 - ngl, 0)
     return ngl, np.arange(n + 1) >= i_gpu_start
 

@@ -1,0 +1,101 @@
+"""llama.cpp's prefill: the prompt in ubatches, each op run where its batch sends it.
+
+The prompt's tokens (every sequence's) go through the graph ``n_ubatch`` at a time (``-ub``,
+default 512; the last ubatch takes the rest). An op whose weights are in host memory runs on the
+GPU when the CUDA backend asks for it: ``ggml_backend_cuda_device_offload_op`` wants an op whose
+batch (``get_op_batch_size``: ``ne[1]`` of a matmul, ``ne[2]`` of a MoE matmul) is at least
+``op_offload_min_batch_size``, 32 unless ``GGML_OP_OFFLOAD_MIN_BATCH`` says otherwise
+(ggml-org/llama.cpp ggml/src/ggml-cuda/ggml-cuda.cu at 00108827d87949b538ad1821f81a6b111827fcda).
+The scheduler then copies the weights to the GPU for that ubatch, every ubatch, and only the
+experts the ubatch routes to (``ggml_backend_sched_compute_splits``); smaller batches compute on
+the CPU where the weights are. ik_llama.cpp (``fork: ik_llama``) offloads a MoE op only when
+``batch x active experts >= 32 x experts`` (its ggml-cuda.cu ``ggml_backend_cuda_offload_op`` at
+8337e4cd3861406fc04e0854b1409cd1b027fbc9).
+
+The copy runs at the link's pinned rate from the CUDA host buffer (``--no-mmap``, where
+``GGML_CUDA_NO_PINNED`` is unset) and at its pageable rate from mapped file pages: the loader
+avoids the host buffer type when it maps the model (src/llama-model-loader.cpp at
+3074b500a5fffba5c9b84a7c14e4dc2248b3653c, "avoid using a host buffer when using mmap").
+
+On the GPU, quantised GGUF matmuls run on the integer tensor cores (MMQ) where the GPU has them:
+the profile's ``flops_int8`` at ``mmq_int8_share`` (fitted on PR #7676, catalog/
+engine_constants.yaml); other weights at the profile's bf16 rate.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvoffload.engines.each.llamacpp.options import mmq_share_default
+from kvoffload.engines.each.llamacpp.placement import cpu_weight_rate
+from kvoffload.model import decode, routing
+from kvoffload.model.prediction import Scenario
+from kvoffload.model.tensor_groups import TensorTable
+from kvoffload.spec.precision import WeightFormat
+
+OFFLOAD_MIN_BATCH = 32  # ggml-cuda.cu: op_offload_min_batch_size without GGML_OP_OFFLOAD_MIN_BATCH
+
+
+def is_gguf_quant(fmt: WeightFormat) -> bool:
+    """Return whether ``fmt`` is a quantised GGUF format (legacy, k-quant or i-quant blocks)."""
+    return fmt.value.startswith(("q", "iq"))
+
+
+def prefill_rate(sc: Scenario) -> float:
+    """Return the FLOP/s of llama.cpp's prefill matmuls on the scenario's GPU and weights."""
+    gpu = sc.system.gpu
+    if gpu.flops_int8 is None or not is_gguf_quant(sc.setup.weights):
+        return sc.system.compute_rate
+    return gpu.flops_int8.value * mmq_share_default()
+
+
+def weights_pinned(sc: Scenario) -> bool:
+    """Return whether host-resident weights sit in pinned memory (the CUDA host buffer)."""
+    return sc.options.no_mmap and not sc.options.no_pinned
+
+
+def offloaded(sc: Scenario, table: TensorTable, tokens: int) -> np.ndarray:
+    """Return, per tensor, whether a ubatch of ``tokens`` runs its op on the GPU."""
+    if tokens < OFFLOAD_MIN_BATCH:
+        return np.zeros(len(table.nbytes), dtype=bool)
+    if sc.options.fork != "ik_llama":
+        return np.ones(len(table.nbytes), dtype=bool)
+    k, n = decode.layers(sc.model, sc.setup.weights).expert_use
+    return ~table.routed | (tokens * k >= OFFLOAD_MIN_BATCH * n)
+
+
+def _ubatch_s(sc: Scenario, table: TensorTable, on_gpu: np.ndarray, tokens: int) -> float:
+    """Return the seconds one ubatch of ``tokens`` spends on host-resident weights."""
+    k, n = decode.layers(sc.model, sc.setup.weights).expert_use
+    touched = float(routing.touched_share(n, k, tokens, sc.setup.routing.effective_experts))
+    read = table.nbytes * np.where(table.routed, touched, 1.0)  # the experts the ubatch uses
+    host = ~on_gpu & (table.position >= 0)  # the token embeddings are looked up, not multiplied
+    up = host & offloaded(sc, table, tokens)
+    here = host & ~up
+    upload = float(read[up].sum()) / sc.system.copy_rate("h2d", pinned=weights_pinned(sc))
+    flops = 2 * tokens * table.params * np.where(table.routed, k / n, 1.0)
+    cpu = max(
+        float(read[here].sum()) / cpu_weight_rate(sc),
+        float(flops[here].sum()) / sc.system.host.flops.value,
+    )
+    return upload + cpu
+
+
+def ttft(sc: Scenario, table: TensorTable, on_gpu: np.ndarray) -> float:
+    """Return llama.cpp's prefill time (s): the GPU's work plus each ubatch's host-side weights."""
+    tokens = sc.prompt * sc.batch
+    full, rest = divmod(tokens, sc.options.n_ubatch)
+    host = ~on_gpu & (table.position >= 0)
+    # the GPU reads its own weights and, once a ubatch is big enough, the ones copied to it
+    uploaded = host & offloaded(sc, table, min(tokens, sc.options.n_ubatch))
+    gpu_bytes = (
+        float(table.nbytes[on_gpu].sum() + table.nbytes[uploaded].sum()) if host.any() else None
+    )
+    setup = decode.Setup(sc.system, sc.model, sc.setup.weights, sc.setup.kv)
+    gpu = float(
+        decode.ttft(setup, sc.prompt, sc.batch, rate=prefill_rate(sc), gpu_weight_bytes=gpu_bytes)
+    )
+    host_s = full * _ubatch_s(sc, table, on_gpu, sc.options.n_ubatch)
+    if rest:
+        host_s += _ubatch_s(sc, table, on_gpu, rest)
+    return gpu + host_s
