@@ -250,13 +250,19 @@ def test_validate_prints_calibration_and_checks_apart_each_row_with_its_source_v
         assert (cal < i < chk) == (validation.role(row) == "calibration"), row["id"]
         source = next(line for line in out[i + 1 : i + 3] if line.lstrip().startswith("source: "))
         assert validation.cite(row) in source
-    assert any(line.strip().startswith("refused: does not fit") for line in out)
     assert any(line.startswith("check rows: ") for line in out)
     data = json.loads(cli("validate", "--json").out)
+    # a row the model says does not fit is printed as refused, never predicted
+    for row in data["rows"]:
+        if row.get("refused"):
+            i = next(i for i, line in enumerate(out) if line.split()[:1] == [row["id"]])
+            assert any(s.strip().startswith("refused: does not fit") for s in out[i : i + 4])
     assert {r["role"] for r in data["rows"]} == {"calibration", "check"}
     assert all(r["source_version"] for r in data["rows"])
     refused = [r for r in data["rows"] if r["refused"]]
-    assert refused and all(r["predicted"] is None and r["ratio"] is None for r in refused)
+    # none is refused today (t4-18 fits since the T4 host's memory is read as 208 GiB); any that is
+    # carries no prediction
+    assert all(r["predicted"] is None and r["ratio"] is None for r in refused)
     assert data["tables"]["zero-inference-a6000"]["moved"]["from"] == "check"
 
 

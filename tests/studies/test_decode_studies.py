@@ -96,7 +96,8 @@ def test_the_longest_context_within_budget_is_also_the_longest_that_fits():
         {
             "base": "article-reference",
             "id": "small-host",
-            "host": {"base": "article-ddr5", "memory": "1 GB"},
+            # nothing reserved for the OS, so the whole 1 GB holds cache
+            "host": {"base": "article-ddr5", "memory": "1 GB", "memory_reserved": "0 B"},
         }
     )
     setup = decode.offloaded(small, LLAMA)
