@@ -155,11 +155,16 @@ class Prediction:
     policy: str = ""  # one line saying what the engine chose, for people
     reuse: PrefixReuse | None = None  # the prefix-cache hit, where the scenario gives one
     ttft_recompute_s: float | None = None  # TTFT with nothing cached (None: ttft_s)
+    # what the 'cpu' stream holds: (attention over host-resident KV, matmuls on host weights);
+    # None: unknown, named as either
+    cpu_work: tuple[bool, bool] | None = None
 
     @property
     def bottleneck(self) -> str:
-        """Return the stream with the most work per step."""
+        """Return the stream with the most work per step, the CPU's named by what it holds."""
         key = max(self.streams_s, key=self.streams_s.get)
+        if key == "cpu" and self.cpu_work is not None:
+            return decode.cpu_stream_name(*self.cpu_work)
         return decode.STREAM_NAMES[key]
 
     def to_json(self) -> dict[str, Any]:
@@ -293,6 +298,8 @@ def predict_setup(sc: Scenario, setup: decode.Setup, **extra: Any) -> Prediction
     """
     mem = decode.memory(setup, sc.prompt + sc.generate, sc.batch)
     means = _MeanSteps(setup, sc.prompt, sc.generate, sc.batch)
+    p = setup.placement
+    extra.setdefault("cpu_work", (p.attention != "gpu" and bool(np.any(p.kv.off)), bool(p.groups)))
     return Prediction(
         scenario=sc,
         tpot_s=means.part("tpot")[setup.placement.overlap],

@@ -39,7 +39,7 @@ from kvoffload.model.decode.placement import (
     offloaded,
 )
 from kvoffload.model.decode.prefill import prefill_flops, ttft
-from kvoffload.model.decode.streams import STREAM_NAMES, STREAMS, stream_times
+from kvoffload.model.decode.streams import STREAM_NAMES, STREAMS, cpu_stream_name, stream_times
 from kvoffload.model.decode.traffic import WeightTraffic, weight_traffic
 
 __all__ = [
@@ -58,6 +58,7 @@ __all__ = [
     "WeightTraffic",
     "by_groups",
     "combine",
+    "cpu_stream_name",
     "hidden_tokens",
     "knee_context",
     "layers",

@@ -23,6 +23,15 @@ STREAM_NAMES = {
 }
 
 
+def cpu_stream_name(attends: bool, matmuls: bool) -> str:
+    """Return what the 'cpu' stream holds, in words: CPU attention, CPU-side matmuls, or both."""
+    if attends and not matmuls:
+        return "CPU attention over host-resident KV"
+    if matmuls and not attends:
+        return "CPU-side matmuls (weights in host memory)"
+    return STREAM_NAMES["cpu"]
+
+
 def stream_times(setup: Setup, context: ArrayLike, batch: ArrayLike) -> dict[str, np.ndarray]:
     """Return each stream's seconds per layer class, shape broadcast(context, batch) + (classes,)."""
     return _stream_times(setup, context, batch, dense=True)

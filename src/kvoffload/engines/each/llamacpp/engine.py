@@ -126,6 +126,7 @@ def predict(sc: Scenario) -> Prediction:
                 if b
             },
         },
+        cpu_work=(o.no_kv_offload and kv_cpu > 0, bool((~on_gpu & (table.position >= 0)).any())),
         policy="; ".join([f"-ngl {ngl}: {where}", *moved, kv_where, *_paging(paged)]),
     )
 
