@@ -40,6 +40,7 @@ from kvoffload.studies.calculator_data import (
     reuse_scenario_for,
     scenario_for,
 )
+from kvoffload.studies.calculator_llamacpp import host_entry
 from tests.support.browser import ARGS, block_offhost, require_chromium, serve
 
 pytestmark = pytest.mark.slow
@@ -532,7 +533,11 @@ def test_the_llamacpp_engine_matches_kvoffload_predict_at_random_points(page):
         point = _llamacpp_point(rng, models)
         shown = pg.evaluate("(p) => window.kvoCalc.set(p)", point)
         scenario = scenario_for(point)
-        assert yaml.safe_load(shown["scenario"]) == scenario, point
+        typed = yaml.safe_load(shown["scenario"])  # the page's YAML: the same scenario
+        mine, theirs = load_system(typed.pop("hardware")), load_system(scenario["hardware"])
+        assert machine_figures(mine) == machine_figures(theirs), point
+        assert host_entry(mine) == host_entry(theirs), point
+        assert typed == {k: v for k, v in scenario.items() if k != "hardware"}, point
         p = predict(parse_scenario(scenario), check=False)
         assert shown["error"] == "", (point, shown["error"])
         for key, want in (
