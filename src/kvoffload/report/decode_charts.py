@@ -137,3 +137,26 @@ def gantt_chart(events: list[Event]) -> alt.Chart:
         )
         .properties(height=22 * len(present))
     )
+
+
+def kv_format_chart(frame: pd.DataFrame) -> alt.LayerChart:
+    """Chart llama.cpp's ms per token against context for each KV format.
+
+    ``frame`` is ``studies.decode_sweeps.kv_format_frame(...).frame``: kv_format, context,
+    tpot_ms, fits; points mark the contexts that fit the machine.
+    """
+    order = list(dict.fromkeys(frame["kv_format"]))
+    legend = alt.Legend(direction="horizontal")
+    base = alt.Chart(frame).encode(
+        x=alt.X("context:Q", title="context (tokens)", axis=alt.Axis(format="~s")),
+        y=alt.Y("tpot_ms:Q", title="time per output token (ms)"),
+        color=alt.Color("kv_format:N", title="KV format", sort=order, legend=legend),
+        strokeDash=alt.StrokeDash("kv_format:N", title="KV format", sort=order, legend=legend),
+        tooltip=[
+            alt.Tooltip("kv_format:N", title="KV format"),
+            alt.Tooltip("context:Q", format=","),
+            alt.Tooltip("tpot_ms:Q", title="ms per token", format=".4g"),
+            alt.Tooltip("fits:N", title="fits this machine"),
+        ],
+    )
+    return alt.layer(base.mark_line(), base.transform_filter("datum.fits").mark_point(size=12))

@@ -1,4 +1,4 @@
-"""Decode steps swept over context or batch: per overlap mode, per layer, per cache placement."""
+"""Decode steps swept over context or batch: per overlap mode, layer, placement and KV format."""
 
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
+from kvoffload.engines.scenario import parse_scenario, predict
 from kvoffload.model import capacity, decode
+from kvoffload.spec.errors import InputError
+from kvoffload.spec.units import format_number
 
 
 def overlap_frame(setup: decode.Setup, contexts: ArrayLike, batch: int = 1) -> pd.DataFrame:
@@ -174,3 +177,64 @@ def spill_slopes(setup: decode.Setup, context: int, batches: ArrayLike) -> Spill
         slope_after_ms=float(np.median(np.diff(t_spill[full:]))) if full < last else 0.0,
         spill_max_ms=float(t_spill[-1]),
     )
+
+
+LLAMACPP_KV_FORMATS = ("fp16", "q8_0", "q4_0")  # --cache-type-k/v f16, q8_0, q4_0
+
+
+@dataclass(frozen=True)
+class KvFormatSweep:
+    """llama.cpp's ms per token against context for each KV format, and what it says."""
+
+    frame: pd.DataFrame  # kv_format, context, tpot_ms, fits
+    slope_ratio: dict[str, float]  # ms per cached token of each format over f16's
+
+    def sentence(self) -> str:
+        """Return what the sweep shows, in words."""
+        if not np.isfinite(self.slope_ratio["q8_0"]):
+            return "The model holds too few of the swept contexts to compare the slopes."
+        q8 = format_number(self.slope_ratio["q8_0"], 2)
+        q4 = format_number(self.slope_ratio["q4_0"], 2)
+        return (
+            f"Each cached token costs {q8} times as much with a q8_0 cache as with f16, and "
+            f"{q4} times with q4_0, though they hold about half and a quarter of the bytes: "
+            "the vector kernel dequantises every value it reads."
+        )
+
+
+def kv_format_frame(
+    hardware: str, model: str, contexts: ArrayLike, weights: str = "q4_k_m"
+) -> KvFormatSweep:
+    """Return llama.cpp's ms per token (every layer on the GPU) against context per KV format.
+
+    One token generated after ``context`` tokens of prompt, so TPOT is the step at that context;
+    ``fits`` says whether the machine holds weights and cache there. Contexts beyond the model's
+    are left out.
+    """
+    rows, slopes = [], {}
+    for fmt in LLAMACPP_KV_FORMATS:
+        for c in np.asarray(contexts):
+            raw = {
+                "hardware": hardware,
+                "model": model,
+                "engine": "llamacpp",
+                "precision": {"weights": weights, "kv": fmt},
+                "workload": {"batch": 1, "prompt": int(c), "generate": 1},
+            }
+            try:
+                p = predict(parse_scenario(raw, name="kv format sweep"), check=False)
+            except InputError:
+                continue  # beyond the model's context
+            mem = p.memory
+            fits = bool(capacity.fits(p.scenario.system, mem.gpu, mem.cpu, mem.disk))
+            rows.append(
+                {"kv_format": fmt, "context": int(c), "tpot_ms": p.tpot_s * 1e3, "fits": fits}
+            )
+        mine = [r for r in rows if r["kv_format"] == fmt]
+        slopes[fmt] = (
+            (mine[-1]["tpot_ms"] - mine[0]["tpot_ms"]) / (mine[-1]["context"] - mine[0]["context"])
+            if len(mine) > 1
+            else float("nan")  # one context: no slope
+        )
+    ratio = {f: slopes[f] / slopes["fp16"] for f in LLAMACPP_KV_FORMATS}
+    return KvFormatSweep(pd.DataFrame(rows), ratio)
