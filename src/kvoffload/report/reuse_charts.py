@@ -20,6 +20,7 @@ from kvoffload.report.charting import (
 from kvoffload.spec.units import format_bytes, format_number
 
 GB = 1e9
+SPEEDUP = "speedup (×)"  # the TTFT table's recompute / host-hit column
 
 
 def _tokens_axis(field: str, title: str) -> alt.X:
@@ -185,6 +186,8 @@ def sessions_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def ttft_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Return the rows of ``studies.reuse.ttft_frame`` whose model fits, bytes for people."""
+    """Return the rows of ``studies.reuse.ttft_frame`` whose model fits, bytes and the speedup's
+    unit for people (its column: ``SPEEDUP``)."""
     rows = frame[frame["fits"]]
-    return rows.drop(columns=["fits"]).assign(reloaded=rows["reloaded"].map(format_bytes))
+    out = rows.drop(columns=["fits"]).assign(reloaded=rows["reloaded"].map(format_bytes))
+    return out.rename(columns={"speedup": SPEEDUP})
