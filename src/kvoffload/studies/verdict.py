@@ -136,7 +136,7 @@ class Verdict:
                 f"holds the weights and {room}, so the cache must move or shrink."
             )
         tail = (
-            "and even that does not fit this machine"
+            "even that does not fit this machine"
             if not self.offloaded_fits
             else "the rest streams over the link in every step"
         )
