@@ -8,7 +8,9 @@ import struct
 import numpy as np
 import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
+from gguf import constants as gguf_constants
 
+from kvoffload.spec import gguf as spec_gguf
 from kvoffload.spec.errors import InputError
 from kvoffload.spec.ggml_types import ggml_types
 from kvoffload.spec.gguf import read_header
@@ -22,6 +24,14 @@ def test_every_ggml_type_matches_gguf_py():
     ours = {t.name: (t.id, t.block, t.bytes) for t in ggml_types().values()}
     theirs = {t.name.lower(): (t.value, *GGML_QUANT_SIZES[t]) for t in T}
     assert ours == theirs
+
+
+def test_the_format_constants_match_gguf_py():
+    assert spec_gguf.GGUF_MAGIC == gguf_constants.GGUF_MAGIC == int.from_bytes(b"GGUF", "little")
+    assert spec_gguf.GGUF_DEFAULT_ALIGNMENT == gguf_constants.GGUF_DEFAULT_ALIGNMENT == 32
+    mine = {t.name: t.value for t in spec_gguf.GgufValueType}
+    assert mine == {t.name: t.value for t in gguf_constants.GGUFValueType}
+    assert sorted(mine.values()) == list(range(13))
 
 
 def write_model(path, *, layers=2, hidden=256, ffn=512, heads=4, kv=2, vocab=64, split=None):

@@ -1,10 +1,12 @@
 """Read a GGUF file's header, bounded and lazily: metadata, tensor infos, split parts.
 
-gguf-py (the ``gguf`` package) gives the format's constants and enums; its ``GGUFReader`` is not
-used: it decodes every array eagerly and trusts the counts. Here every count, length, dimension
-and offset is checked against the file's size and spec/limits before it is used; arrays the
-model does not need are skipped (numeric ones by seeking past count x element size, string ones
-by their lengths); only the header is read (at most ``MAX_GGUF_HEADER_BYTES``), never the weights.
+The format's constants are the project's own (below, cited), so the core install needs no
+gguf-py. Its ``GGUFReader`` is not used either: it decodes every array eagerly and trusts the
+counts (gguf-py is a dev dependency: the tests write files with it and check these constants
+against it). Here every count, length, dimension and offset is checked against the file's size
+and spec/limits before it is used; arrays the model does not need are skipped (numeric ones by
+seeking past count x element size, string ones by their lengths); only the header is read (at
+most ``MAX_GGUF_HEADER_BYTES``), never the weights.
 """
 
 from __future__ import annotations
@@ -13,17 +15,43 @@ import os
 import re
 import struct
 from dataclasses import dataclass
+from enum import IntEnum
 from pathlib import Path
 from typing import Any
-
-from gguf.constants import GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUFValueType
 
 from kvoffload.spec import limits
 from kvoffload.spec.errors import InputError
 from kvoffload.spec.ggml_types import GgmlType, ggml_type_by_id
 from kvoffload.spec.inputs import display_name, open_regular
 
-V = GGUFValueType
+# The format's constants, as gguf-py gguf/constants.py gives them (GGUF_MAGIC,
+# GGUF_DEFAULT_ALIGNMENT, GGUFValueType; ggml-org/llama.cpp @ef035f77, the `gguf` 0.19.0 the tests
+# pin) and the GGUF spec docs/gguf.md states them (ggml-org/ggml @9d325133: gguf_header_t.magic,
+# general.alignment "assume it is 32", enum gguf_metadata_value_type);
+# tests/spec/test_gguf.py checks them against gguf-py.
+GGUF_MAGIC = 0x46554747  # b"GGUF" read as a little-endian uint32
+GGUF_DEFAULT_ALIGNMENT = 32  # when the file gives no general.alignment
+
+
+class GgufValueType(IntEnum):
+    """A metadata value's type id (gguf_metadata_value_type)."""
+
+    UINT8 = 0
+    INT8 = 1
+    UINT16 = 2
+    INT16 = 3
+    UINT32 = 4
+    INT32 = 5
+    FLOAT32 = 6
+    BOOL = 7
+    STRING = 8
+    ARRAY = 9
+    UINT64 = 10
+    INT64 = 11
+    FLOAT64 = 12
+
+
+V = GgufValueType
 _SCALARS = {
     V.UINT8: "<B", V.INT8: "<b", V.UINT16: "<H", V.INT16: "<h", V.UINT32: "<I", V.INT32: "<i",
     V.FLOAT32: "<f", V.BOOL: "<?", V.UINT64: "<Q", V.INT64: "<q", V.FLOAT64: "<d",

@@ -73,7 +73,7 @@ def load_model(ref: str | Path) -> Model:
             raise
         raise catalog.unknown_id("model", text, catalog.model_paths()) from None
     if path.suffix.lower() == ".gguf":
-        from kvoffload.spec.models.gguf_model import from_gguf  # imports gguf-py
+        from kvoffload.spec.models.gguf_model import from_gguf
 
         return from_gguf(path)
     if _is(path, stat.S_ISDIR) and _is(path / "config.json", stat.S_ISREG):
