@@ -33,13 +33,19 @@ at the rate ``numa`` (``--numa``) gives the host's sockets (model/cpu_rate.py
 each step reads its share of that excess from disk at the storage's read rate, in the step's disk
 stream, instead of refusing; with ``no_mmap`` the weights are copied into anonymous buffers and
 must fit. (Under strict LRU a cyclic scan larger than memory would miss on every page; Linux's
-active/inactive lists keep part resident, so the excess alone is the optimistic, lower bound.) The host prompt cache (``cache_ram``, a scenario's ``reuse:``) is llamacpp_prompt_cache.py.
+active/inactive lists keep part resident, so the excess alone is the optimistic, lower bound.)
+The host prompt cache (``cache_ram``, a scenario's ``reuse:``) is llamacpp_prompt_cache.py.
 
-The package holds one job per module: ``options`` (the options and the engine constants), ``attention``
-(the rates a KV cache is read at, by format and device),
-``placement`` (where each tensor lives, the CPU side's rates), ``step`` (the decode step), ``prefill``
-(ubatches, the op-offload threshold, MMQ) and
-``engine`` (the prediction and the registry entry). Their names are re-exported here.
+Two more constants, each fitted on published runs on other machines than the validation's: a
+KV cache in a ggml block format costs ``kv_dequant_gpu`` times an f16 value per cached value on the
+GPU (``attention``), and quantised GGUF prefill runs at ``mmq_int8_share`` of the int8 tensor-core
+peak (``prefill``).
+
+The package holds one job per module: ``options`` (the options and the engine constants),
+``attention`` (the rates a KV cache is read at, by format and device), ``placement`` (where each
+tensor lives, the CPU side's rates), ``step`` (the decode step), ``prefill`` (ubatches, the
+op-offload threshold, MMQ) and ``engine`` (the prediction and the registry entry). Their names
+are re-exported here.
 """
 
 from kvoffload.engines.each.llamacpp.attention import (
