@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 
 import numpy as np
 
@@ -154,13 +154,25 @@ def match_overrides(table: TensorTable, rules: tuple[tuple[str, str], ...]) -> n
     llama.cpp tests each ``--override-tensor`` pattern in order with ``std::regex_search`` against
     the tensor name and takes the first that matches (src/llama-model.cpp, tensor_buft_overrides).
     """
-    out = np.full(len(table.names), "", dtype=object)
+    return _matches(table.names, rules)
+
+
+@lru_cache(maxsize=512)
+def _matches(names: tuple[str, ...], rules: tuple[tuple[str, str], ...]) -> np.ndarray:
+    """Return match_overrides' answer for one model's tensor names (read-only, kept per rules).
+
+    A search over placements (kvoffload advise, the calculator's table) asks the same model and
+    rules many times; the regular expressions over thousands of names dominated its time.
+    """
+    out = np.full(len(names), "", dtype=object)
     compiled = [(re.compile(p), d) for p, d in rules]
-    for i, name in enumerate(table.names):
-        for pattern, device in compiled:
-            if pattern.search(name):
-                out[i] = device
-                break
+    if compiled:
+        for i, name in enumerate(names):
+            for pattern, device in compiled:
+                if pattern.search(name):
+                    out[i] = device
+                    break
+    out.flags.writeable = False
     return out
 
 

@@ -17,8 +17,9 @@ from kvoffload.spec.hardware import load_system, system_ids
 from kvoffload.studies.advise import _KV_FLAG, advise_all
 from kvoffload.studies.advise_search import GENERATE, NO_OFFLOAD, Workload
 
-# 4K to 1M tokens (128K = 131,072): the contexts advise is asked at
-CONTEXTS = (4096, 16384, 32768, 131072, 262144, 1048576)
+# 4K, 32K, 128K (131,072) and 1M tokens: the contexts advise is asked at (each costs a search
+# over every catalog machine and model when the page is built)
+CONTEXTS = (4096, 32768, 131072, 1048576)
 KEYS = ("engine", "weights", "kv", "offload", "options", "tokens_per_s", "tpot_ms", "command")
 _KV_FORMAT = {flag: fmt for fmt, flag in _KV_FLAG.items()}  # advise's KV names: our formats
 
