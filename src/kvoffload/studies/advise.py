@@ -2,8 +2,8 @@
 
 ``advise`` answers for one model (every configuration that fits, fastest first, each with the
 command that runs it); ``advise_all`` gives every catalog model's fastest configuration (the
-search pruned to the smallest formats, advise_search.py). ``advice_frame`` shapes the latter for
-the book (pandas, imported there).
+search pruned to the smallest formats, advise_search.py). ``advice_frame`` and ``speed_frame``
+shape the latter for the book's table and chart (pandas, imported there).
 """
 
 from __future__ import annotations
@@ -167,16 +167,39 @@ def cells(r: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def advice_frame(system: System, context: int, batch: int = 1) -> Any:
-    """Return a frame of every catalog model's fastest configuration on ``system`` (the book)."""
+def advice_frame(found: list[dict[str, Any]]) -> Any:
+    """Return ``advise_all``'s answers as a table for people: each model's fastest configuration."""
     import pandas as pd
 
     rows = []
-    for a in advise_all(system, Workload(context, batch)):
+    for a in found:
         b = a["best"]
         base = {"model": a["model"], "context": format_number(a["context"])}
         if b is None:
             rows.append({**base, "engine": "none fits", "note": a["why"]})
         else:
             rows.append({**base, **cells(b), "command": b["command"]})
+    return pd.DataFrame(rows)
+
+
+def speed_frame(found: list[dict[str, Any]]) -> Any:
+    """Return ``advise_all``'s answers as numbers for a chart, one row per model: ``tokens_per_s``
+    of its fastest configuration (nan where ``fits`` is False: none fits), ``offloads`` (it needs
+    offload to fit), ``engine``, ``weights`` and ``offload`` (its flags)."""
+    import pandas as pd
+
+    rows = []
+    for a in found:
+        b = a["best"]
+        rows.append(
+            {
+                "model": a["model"],
+                "fits": b is not None,
+                "tokens_per_s": b["tokens_per_s"] if b else float("nan"),
+                "offloads": b is not None and b["offload"] != NO_OFFLOAD,
+                "engine": b["engine"] if b else "",
+                "weights": b["weights"] if b else "",
+                "offload": b["offload"] if b else "",
+            }
+        )
     return pd.DataFrame(rows)
