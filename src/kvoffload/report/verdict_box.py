@@ -168,6 +168,16 @@ def _fits(r: MachineRow) -> str:
     return text
 
 
+def machine_times(r: MachineRow) -> list[str]:
+    """Return a machine's "GPU / offloaded" TPOT cells, one per ``MACHINE_CONTEXTS``, each time
+    marked with ``fit_marks.UNFIT_MARK`` where its setup does not fit the machine."""
+    on_gpu = [
+        marked(ms(g), cell == FITS) for g, cell in zip(r.on_gpu_ms, r.gpu_fit_cells, strict=True)
+    ]
+    offloaded = [marked(ms(o), ok) for o, ok in zip(r.offloaded_ms, r.offloaded_fits, strict=True)]
+    return [f"{g} / {o}" for g, o in zip(on_gpu, offloaded, strict=True)]
+
+
 def machines_table(rows: Sequence[MachineRow], link: Callable[[MachineRow], str]) -> str:
     """Return the cross-machine table as Markdown; ``link`` gives each row's (Markdown) link cell.
 
@@ -186,17 +196,10 @@ def machines_table(rows: Sequence[MachineRow], link: Callable[[MachineRow], str]
         "|" + "|".join(["---", *["--:"] * (len(head) - 2), "---"]) + "|",
     ]
     for r in rows:
-        on_gpu = [
-            marked(ms(g), cell == FITS)
-            for g, cell in zip(r.on_gpu_ms, r.gpu_fit_cells, strict=True)
-        ]
-        offloaded = [
-            marked(ms(o), ok) for o, ok in zip(r.offloaded_ms, r.offloaded_fits, strict=True)
-        ]
         cells = [
             link(r),
             f"{r.link_gbs:,.1f}",
-            *[f"{g} / {o}" for g, o in zip(on_gpu, offloaded, strict=True)],
+            *machine_times(r),
             tokens(r.longest_offloaded) if r.longest_offloaded else "none",
             _fits(r),
         ]
