@@ -12,7 +12,6 @@ import heapq
 from collections import OrderedDict
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -119,8 +118,10 @@ def test_a_fixed_gap_thrashes_an_lru_smaller_than_the_sessions():
 def test_capacity_for_a_hit_rate_gives_that_hit_rate(target, fixed, sessions):
     tr = lru.Traffic(sessions=sessions, size=3.0, mean_gap=20.0, gap_min=20.0 * fixed)
     need = lru.capacity_for(tr, target)
-    got = lru.tier_hits(tr, [need]).hit_rate[0]
-    assert got == pytest.approx(target, abs=1e-6) or need == sessions * 3.0
+    # an LRU holds whole sessions, so the hit rate rises in steps: the capacity is the smallest
+    # that reaches the target (every session's bytes when none smaller does)
+    assert lru.tier_hits(tr, [need]).hit_rate[0] >= target - 1e-9
+    assert lru.tier_hits(tr, [need * (1 - 1e-9)]).hit_rate[0] < target or need == 0
 
 
 @settings(max_examples=50, deadline=None)

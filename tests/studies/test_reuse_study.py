@@ -40,7 +40,8 @@ def test_hit_rate_rises_with_host_memory(h100):
     f = reuse.hit_rate_frame(h100, t)
     hits = f["hit rate"].to_numpy()
     assert np.all(np.diff(hits) >= 0)
-    assert hits[0] == 0.0 and hits[-1] == pytest.approx(1.0)
+    # a cache holding 2 of 200 sessions is all but never hit; one holding them all always is
+    assert hits[0] < 1e-9 and hits[-1] == pytest.approx(1.0)
     # the LRU model's own capacity for 90% gives 90%
     need = reuse.host_answer(h100, t).bytes_for_90
     assert reuse.hit_rates(h100, t, np.array([need]))[0] == pytest.approx(0.9, abs=1e-6)

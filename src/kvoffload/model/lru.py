@@ -24,6 +24,7 @@ request is served by the fastest tier whose T exceeds its gap.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,6 +95,59 @@ def characteristic_time(tr: Traffic, capacity: ArrayLike) -> np.ndarray:
     return out
 
 
+# the gap's exponential part at the midpoints of this many equal-probability slices
+_GAP_QUANTILES = 256
+# past this many other sessions the binomial count is taken as normal (its CDF by erf)
+_EXACT_SESSIONS = 4096
+_ERF = np.frompyfunc(math.erf, 1, 1)
+
+
+def _count_below(n: int, q: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Return P(N < c) for N ~ Binomial(n, q) and whole c, shape c.shape + q.shape.
+
+    Exact sums of the binomial's terms up to ``_EXACT_SESSIONS`` sessions, a normal (with half an
+    object's continuity correction) past it.
+    """
+    cc = np.clip(np.asarray(c, dtype=np.float64), 0.0, n + 1.0)[..., None]
+    if n <= _EXACT_SESSIONS:
+        j = np.arange(n + 1, dtype=np.float64)
+        logfact = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, n + 1)))])
+        qc = np.clip(q, 1e-300, 1 - 1e-16)[:, None]
+        logpmf = logfact[-1] - logfact - logfact[::-1] + j * np.log(qc) + (n - j) * np.log1p(-qc)
+        # cdf[i, m] = P(N < m) at the i-th gap, m = 0 .. n + 1
+        cdf = np.concatenate([np.zeros((q.size, 1)), np.cumsum(np.exp(logpmf), axis=1)], axis=1)
+        m = np.broadcast_to(cc, (*cc.shape[:-1], q.size)).astype(np.int64)
+        return np.minimum(cdf, 1.0)[np.arange(q.size), m]
+    mean, sd = n * q, np.sqrt(n * q * (1 - q))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(sd > 0, (cc - 0.5 - mean) / np.where(sd > 0, sd, 1.0), np.inf * (cc - mean))
+    return np.where(cc <= 0, 0.0, 0.5 * (1.0 + _ERF(z / math.sqrt(2.0)).astype(np.float64)))
+
+
+def hit_probability(tr: Traffic, capacity: ArrayLike) -> np.ndarray:
+    """Return P(gap < eviction time) for an LRU of ``capacity`` bytes (Che's, with its spread).
+
+    Che's approximation takes the eviction time as exactly the characteristic time T. In an LRU
+    holding K = floor(capacity / size) sessions it is the time until K distinct others ask again: the
+    count over a span of t is binomial, each of the other sessions having asked within it with
+    probability q = presence(t), once the gap's random part re-shuffles the sessions between
+    rounds; a fixed gap brings them back in the same order each round, and the count is then
+    exactly (sessions - 1) q. A request whose gap is g hits when fewer than K others came in it,
+    P(N(g) < K), averaged over the gap's distribution (its exponential part at equal-probability
+    quantiles). With no spread this is Che's: hit = P(gap < T).
+    """
+    slots = np.floor(np.asarray(capacity, dtype=np.float64) / tr.size)  # whole sessions held
+    tail = tr.mean_gap - tr.gap_min
+    u = (np.arange(_GAP_QUANTILES) + 0.5) / _GAP_QUANTILES
+    gaps = tr.gap_min - tail * np.log1p(-u)  # the gap's quantiles
+    q = presence(gaps, tr)
+    others = tr.sessions - 1
+    shuffled = -np.expm1(-tail * tr.sessions / tr.mean_gap)
+    random = _count_below(others, q, slots)
+    fixed = np.where(others * q < slots[..., None], 1.0, 0.0)
+    return (shuffled * random + (1 - shuffled) * fixed).mean(axis=-1)
+
+
 @dataclass(frozen=True)
 class TierHits:
     """Per tier, in the order given: the share of requests it serves and its characteristic time."""
@@ -116,20 +170,25 @@ def tier_hits(tr: Traffic, capacities: ArrayLike, *, inclusive: bool = True) -> 
     caps = np.asarray(capacities, dtype=np.float64)
     reach = caps if inclusive else np.cumsum(caps)
     t = characteristic_time(tr, reach)
-    cdf = np.where(np.isinf(t), 1.0, gap_cdf(np.where(np.isinf(t), 0.0, t), tr))
+    cdf = np.where(np.isinf(t), 1.0, hit_probability(tr, reach))
     best = np.maximum.accumulate(cdf)
     served = np.diff(np.concatenate([[0.0], best]))
     return TierHits(hit_rate=served, survival_s=t)
 
 
 def capacity_for(tr: Traffic, hit_rate: float) -> float:
-    """Return the bytes one LRU tier needs for ``hit_rate`` of the requests to hit it (inf: never)."""
+    """Return the bytes one LRU tier needs for ``hit_rate`` of the requests to hit it.
+
+    The smallest capacity whose hit rate (tier_hits) reaches it, by bisection: the hit rate
+    grows with the capacity; every session's bytes (all fit) when nothing smaller does.
+    """
+    whole = tr.sessions * tr.size
     if hit_rate <= 0:
         return 0.0
-    if hit_rate >= 1:
-        return tr.sessions * tr.size
-    tail = tr.mean_gap - tr.gap_min
-    if tail <= 0:  # a fixed gap: all or nothing
-        return tr.sessions * tr.size
-    t = tr.gap_min - tail * np.log1p(-hit_rate)  # gap_cdf(t) = hit_rate
-    return float(tr.sessions * tr.size * presence(t, tr))
+    if hit_rate >= 1 or tier_hits(tr, [whole * (1 - 1e-12)]).hit_rate[0] < hit_rate:
+        return whole
+    lo, hi = 0.0, whole
+    for _ in range(_ITERATIONS):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if tier_hits(tr, [mid]).hit_rate[0] < hit_rate else (lo, mid)
+    return hi
