@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kvoffload.spec.units import format_bytes
+from kvoffload.spec.units import format_bytes, format_number
 
 
 def _sliding(count: int, windows: tuple[int, ...]) -> str:
@@ -50,6 +50,6 @@ def kv_precision_table(sizes: pd.DataFrame, tokens: int) -> pd.DataFrame:
             f"per request at {tokens:,} tokens": [
                 format_bytes(b) for b in sizes["per_request_bytes"]
             ],
-            "relative to bf16 (×)": sizes["relative_to_bf16"],
+            "relative to bf16 (×)": [format_number(r) for r in sizes["relative_to_bf16"]],
         }
     )

@@ -1,4 +1,4 @@
-"""Chapter 07's chart: predicted over measured for every published row."""
+"""Chapter 07's chart and tables: predicted over measured for every published row."""
 
 from __future__ import annotations
 
@@ -6,6 +6,49 @@ import altair as alt
 import pandas as pd
 
 from kvoffload.report.charting import NEUTRAL
+from kvoffload.report.styling import Table, show
+from kvoffload.spec.units import format_number
+
+# a prediction's metric (``Prediction.to_json`` key) -> what the table calls it, and its unit
+METRICS = {
+    "decode_tokens_per_s": ("decode", "tokens/s"),
+    "throughput_tokens_per_s": ("throughput", "tokens/s"),
+    "ttft_ms": ("TTFT", "ms"),
+    "ttft_recompute_ms": ("TTFT, prefix recomputed", "ms"),
+}
+RESULT_COLUMNS = ["row", "table", "engine", "model", "metric", "measured", "predicted", "ratio"]
+RATIO = "predicted / measured (×)"
+
+
+def results_table(frame: pd.DataFrame, role: str) -> pd.DataFrame:
+    """Return one role's rows of ``results_frame`` for the page, every number with its unit.
+
+    When every row has one unit it goes in the measured and predicted headers; rows in mixed
+    units carry it in each cell ("36.7 tokens/s", four figures) instead.
+    """
+    rows = frame.loc[frame["role"] == role, [*RESULT_COLUMNS, "refused", "source"]]
+    units = [METRICS[m][1] for m in rows["metric"]]
+    out = rows.assign(metric=[METRICS[m][0] for m in rows["metric"]])
+    suffix = f" ({units[0]})" if len(set(units)) == 1 else ""
+    if len(set(units)) > 1:
+        for col in ("measured", "predicted"):
+            out[col] = [
+                v if pd.isna(v) else f"{format_number(v, 4)} {u}"
+                for v, u in zip(out[col], units, strict=True)
+            ]
+    return out.rename(
+        columns={"measured": f"measured{suffix}", "predicted": f"predicted{suffix}", "ratio": RATIO}
+    )
+
+
+def show_results(frame: pd.DataFrame, role: str, name: str) -> Table:
+    """Return one role's ``results_table`` styled: four figures, the ratio three, sources folded."""
+    table = results_table(frame, role)
+    predicted = next(c for c in table.columns if c.startswith("predicted"))
+    numbers = [c for c in table.columns if c.startswith("measured")] + [predicted]
+    formats = {**{c: "{:.4g}" for c in numbers}, RATIO: "{:.3g}"}
+    return show(table, name, formats, notes=["source"], notes_title="Sources", fold=True,
+                missing={predicted: "refused"})  # fmt: skip
 
 
 def validation_chart(frame: pd.DataFrame) -> alt.LayerChart:

@@ -22,7 +22,7 @@ HF_OPT_30B = "t4-02"  # HF Accelerate, OPT-30B in host memory, on the T4
 
 
 def results_frame(results: list[validation.Result]) -> pd.DataFrame:
-    """Return one row per published measurement: ids, role, measured, predicted, ratio, source.
+    """Return one row per published measurement: ids, role, metric, measured, predicted, ratio, source.
 
     A refused row has no prediction (NaN) and says why in ``refused``; ``source`` is the published
     version the row was read from and where in it.
@@ -31,7 +31,7 @@ def results_frame(results: list[validation.Result]) -> pd.DataFrame:
     return pd.DataFrame(
         [{"row": r.row["id"], "role": validation.role(r.row), "table": r.row["table"],
           "engine": r.row["engine"], "model": r.row["model"], "system": r.row["system"],
-          "measured": r.row["measured"],
+          "metric": r.row["metric"], "measured": r.row["measured"],
           "predicted": nan if r.predicted is None else r.predicted,
           "ratio": nan if r.ratio is None else r.ratio,
           "refused": r.refusal or "", "source": validation.cite(r.row)} for r in results]
