@@ -13,7 +13,8 @@ bisection by ``model/search.py``:
 - vLLM: the smallest ``--cpu-offload-gb`` (whole GiB) that fits.
 
 Formats run from the largest to the smallest; a smaller weight or KV format never holds more
-bytes nor reads more per token, so ``fastest_only`` tries only the smallest of each engine.
+bytes nor reads more per token, so ``fastest_only`` tries only the smallest of each engine, and
+for llama.cpp also its f16 cache, which its attention reads without dequantising.
 """
 
 from __future__ import annotations
@@ -229,7 +230,8 @@ def search(
     """Return every configuration of ``engines`` that fits, fastest first (module docstring).
 
     ``budget_s``: the longest time per generated token accepted; slower ones are left out.
-    ``fastest_only``: only the smallest weight and KV formats of each engine (for the best one).
+    ``fastest_only``: only the smallest weight and KV formats of each engine (for the best one),
+    and llama.cpp's f16 cache beside its smallest.
     """
     model.check_context(workload.context, what="--context ")
     found: list[Choice] = []
@@ -241,7 +243,11 @@ def search(
             left.append((engine, "", "", "serves a Hugging Face checkpoint, not a .gguf file"))
             continue
         if fastest_only:
-            formats, kvs = formats[-1:], kvs[-1:]
+            # the smallest weights read the fewest bytes; a quantised cache reads fewer bytes but
+            # llama.cpp dequantises it value by value in attention (kv_dequant_gpu), so there its
+            # largest (f16) and smallest formats both stay candidates
+            formats = formats[-1:]
+            kvs = sorted({kvs[0], kvs[-1]}, key=kvs.index) if engine == "llamacpp" else kvs[-1:]
         for fmt in formats:
             for kvf in kvs:
                 probe = _Probe(system, model, engine, fmt, kvf, workload)
