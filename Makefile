@@ -40,7 +40,7 @@ test: $(STAMP)
 
 # The inputs and the cost model alone: seconds, for the edit-test loop.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q tests/spec tests/model
+	$(BIN)/python -m pytest -q tests/inputs tests/model
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests
@@ -82,7 +82,7 @@ fonts: $(STAMP)
 	  for f in *.tgz; do mkdir -p "$${f%.tgz}" && tar xzf "$$f" -C "$${f%.tgz}"; done) && \
 	$(BIN)/python -m pip install -q --disable-pip-version-check --target "$$tmp/py" $(FONT_TOOLS) && \
 	PYTHONPATH="$$tmp/py" $(BIN)/python -c 'import sys; from pathlib import Path; \
-	from kvoffload.build.assets import subset_fonts; \
+	from kvoffload.bookbuild.assets import subset_fonts; \
 	print(subset_fonts(Path("."), Path(sys.argv[1]), Path(sys.argv[2])))' \
 	  "$$tmp"/*noto-sans-kr*/package/400Regular/NotoSansKR_400Regular.ttf \
 	  "$$tmp"/*noto-emoji*/package/400Regular/NotoEmoji_400Regular.ttf

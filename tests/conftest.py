@@ -83,7 +83,7 @@ def built_book(tmp_path_factory):
     temporary folder, under a lock, and the others wait and read the same site. Tests use it
     read-only (a no-op rebuild included); one that edits the book works on a copy.
     """
-    from kvoffload.build.site import build_book
+    from kvoffload.bookbuild.site import build_book
 
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base

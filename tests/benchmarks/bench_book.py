@@ -26,8 +26,8 @@ from pathlib import Path
 
 import yaml
 
-from kvoffload.build.profile_run import RUNS, run_for_profile
-from kvoffload.build.site import build_book
+from kvoffload.bookbuild.profile_run import RUNS, run_for_profile
+from kvoffload.bookbuild.site import build_book
 from tests.support.paths import copy_book_sources
 from tests.support.samples import GOOD_PROFILE
 

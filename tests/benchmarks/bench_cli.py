@@ -105,7 +105,7 @@ def _gguf_header_s(tmp: str, repeat: int = 3) -> float:
     import numpy as np
     from gguf import GGUFWriter
 
-    from kvoffload.spec.gguf import read_header
+    from kvoffload.inputs.gguf import read_header
 
     path = Path(tmp) / "vocab.gguf"
     w = GGUFWriter(str(path), "llama")

@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from kvoffload.inputs.hardware import load_system
+from kvoffload.inputs.models import load_model
 from kvoffload.model import decode
-from kvoffload.spec.hardware import load_system
-from kvoffload.spec.models import load_model
 from kvoffload.studies import reuse
 
 GENERATE = 32

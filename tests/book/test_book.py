@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload.build.errors import ChapterError
-from kvoffload.build.jupyterbook import OFFSITE, jupyter_book, slim_site
-from kvoffload.build.profile_run import run_for_profile
-from kvoffload.build.profiles import plan, resolve_profile
-from kvoffload.build.runner import chapters, check_parameters, per_profile
-from kvoffload.build.site import build_book
-from kvoffload.spec.errors import InputError
+from kvoffload.bookbuild.errors import ChapterError
+from kvoffload.bookbuild.jupyterbook import OFFSITE, jupyter_book, slim_site
+from kvoffload.bookbuild.profile_run import run_for_profile
+from kvoffload.bookbuild.profiles import plan, resolve_profile
+from kvoffload.bookbuild.runner import chapters, check_parameters, per_profile
+from kvoffload.bookbuild.site import build_book
+from kvoffload.inputs.errors import InputError
 from tests.support.paths import BOOK_PROFILES, REPO, copy_book_sources
 
 pytestmark = pytest.mark.slow
@@ -100,7 +100,7 @@ def test_chart_ids_and_pages_are_byte_stable_and_jupyter_books_own_build_agrees(
         rel = page.relative_to(root / "_build" / "html")
         again = tmp_path / "again" / "_build" / "html" / rel
         assert page.read_bytes() == again.read_bytes(), rel
-    # kvoffload.build.sphinx_run configures Sphinx as `jupyter-book build` does: the command
+    # kvoffload.bookbuild.sphinx_run configures Sphinx as `jupyter-book build` does: the command
     # itself, on the same sources, writes the same site, file for file and byte for byte
     cli = [
         str(Path(sys.executable).with_name("jupyter-book")),

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from bs4 import BeautifulSoup
 
-from kvoffload.build import pages
-from kvoffload.build.profiles import REFERENCE
-from kvoffload.build.runner import chapters, declared_parameters, per_profile
+from kvoffload.bookbuild import pages
+from kvoffload.bookbuild.profiles import REFERENCE
+from kvoffload.bookbuild.runner import chapters, declared_parameters, per_profile
+from kvoffload.inputs.hardware import load_system
 from kvoffload.report import verdict_box
-from kvoffload.spec.hardware import load_system
 from kvoffload.studies import verdict
 from tests.support.paths import BOOK_PROFILES
 from tests.support.verdicts import assert_box_shows, chapter_box, chapter_verdict, glued

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvoffload.build.runner import chapters, per_profile
+from kvoffload.bookbuild.runner import chapters, per_profile
 from tests.support.browser import open_page
 
 pytestmark = pytest.mark.slow

@@ -23,13 +23,13 @@ import yaml
 
 from kvoffload.engines.registry import ENGINES
 from kvoffload.engines.scenario import parse_scenario, predict
+from kvoffload.inputs.errors import InputError
+from kvoffload.inputs.hardware import load_system, system_ids
+from kvoffload.inputs.models import load_model, model_ids
+from kvoffload.inputs.precision import KvFormat
 from kvoffload.model import decode, kv, reuse
 from kvoffload.model.prediction import shortfalls
 from kvoffload.report import calculator_page, tpot_widget
-from kvoffload.spec.errors import InputError
-from kvoffload.spec.hardware import load_system, system_ids
-from kvoffload.spec.models import load_model, model_ids
-from kvoffload.spec.precision import KvFormat
 from kvoffload.studies import calculator_advice, calculator_llamacpp, decode_step
 from kvoffload.studies.advise import row
 from kvoffload.studies.advise_search import LLAMACPP_KV, Workload, search
@@ -95,7 +95,7 @@ def _figures(rng: random.Random, machine: str) -> dict:
         value = start * _log_uniform(rng, 0.2, 5.0)
         out[key] = min(max(value, f.lo * 1.01), f.hi * 0.99)
     merged = {**base, **out}
-    # spec/hardware.py: attention at most the GPU memory's rate, pageable at most host->GPU
+    # inputs/hardware.py: attention at most the GPU memory's rate, pageable at most host->GPU
     if merged["attention_bandwidth"] > merged["gpu_bandwidth"]:
         out["attention_bandwidth"] = merged["gpu_bandwidth"] * rng.uniform(0.3, 0.99)
     if merged["pageable"] is not None and merged["pageable"] > merged["h2d"]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload.build.runner import chapters, per_profile
+from kvoffload.bookbuild.runner import chapters, per_profile
 from tests.support.browser import block_offhost
 from tests.support.paths import BOOK_PROFILES
 

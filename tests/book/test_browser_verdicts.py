@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvoffload.build.profiles import REFERENCE
-from kvoffload.build.runner import chapters, per_profile
+from kvoffload.bookbuild.profiles import REFERENCE
+from kvoffload.bookbuild.runner import chapters, per_profile
 from kvoffload.studies import verdict
 from tests.support.browser import open_page
 from tests.support.paths import BOOK_PROFILES

@@ -9,8 +9,8 @@ from urllib.parse import urlparse
 
 import pytest
 
-from kvoffload.build import assets
-from kvoffload.build.jupyterbook import FONTAWESOME_JS
+from kvoffload.bookbuild import assets
+from kvoffload.bookbuild.jupyterbook import FONTAWESOME_JS
 from tests.support.browser import open_page
 from tests.support.paths import REPO
 

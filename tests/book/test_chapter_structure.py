@@ -10,7 +10,7 @@ import re
 import jupytext
 import pytest
 
-from kvoffload.build.runner import Chapter, chapters, per_profile
+from kvoffload.bookbuild.runner import Chapter, chapters, per_profile
 from tests.support.paths import REPO
 
 CHAPTERS = chapters(REPO)
@@ -106,8 +106,8 @@ def test_chapters_07_and_08_are_rendered_once():
 
 def test_chapter_09_shows_a_published_testbed_and_says_how_to_run_it_on_yours():
     chapter = next(c for c in CHAPTERS if c.number == "09")
-    from kvoffload.build.runner import declared_parameters
-    from kvoffload.spec.hardware import load_system, system_ids
+    from kvoffload.bookbuild.runner import declared_parameters
+    from kvoffload.inputs.hardware import load_system, system_ids
 
     hardware = declared_parameters(chapter)["hardware"]
     assert hardware in system_ids() and hardware != "article-reference"

@@ -16,9 +16,9 @@ import msgspec
 import pytest
 import yaml
 
-from kvoffload.spec.errors import InputError
-from kvoffload.spec.hardware import load_system
-from kvoffload.spec.text import (
+from kvoffload.inputs.errors import InputError
+from kvoffload.inputs.hardware import load_system
+from kvoffload.inputs.text import (
     NAME_CHARS,
     NOTE_CHARS,
     PlainName,
@@ -431,7 +431,7 @@ def test_the_hostile_profile_is_valid(tmp_path):
 
 def build_hostile_run(tmp: Path, root: Path) -> tuple[Path, str]:
     """Run chapters 01 and 09 for the hostile profile into ``tmp``/out; return (html, secret)."""
-    from kvoffload.build.profile_run import MARKER, run_for_profile
+    from kvoffload.bookbuild.profile_run import MARKER, run_for_profile
 
     token = f"kvoffload-secret-{secrets.token_hex(8)}"
     secret = tmp / "secret.txt"

@@ -19,16 +19,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvoffload.report import styling
-from kvoffload.spec.hardware import load_system
-from kvoffload.spec.models import load_model
-from kvoffload.spec.units import (
+from kvoffload.inputs.hardware import load_system
+from kvoffload.inputs.models import load_model
+from kvoffload.inputs.units import (
     Dim,
     format_change,
     format_number,
     format_quantity,
     parse_quantity,
 )
+from kvoffload.report import styling
 from kvoffload.studies import alternatives, beyond, calibration, claims, engines_compared, tiers
 from kvoffload.studies.moe_offload import relative
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from kvoffload.spec.inputs import MAX_FILE_BYTES
+from kvoffload.inputs.files import MAX_FILE_BYTES
 from tests.support.paths import REPO
 from tests.support.refusals import assert_refused
 from tests.support.samples import BAD_PROFILES, GOOD_PROFILE
@@ -179,7 +179,7 @@ def test_bad_arguments_exit_2_in_one_line(args, fragment, cli_process):
 # -- the book's commands --------------------------------------------------------------------------
 @pytest.mark.parametrize("args", [("book",), ("run", "--hardware", "t4-pcie3")])
 def test_the_book_without_its_extras_is_refused_in_one_line(args, cli, monkeypatch):
-    from kvoffload.build import extras
+    from kvoffload.bookbuild import extras
 
     real = extras.find_spec
     monkeypatch.setattr(extras, "find_spec", lambda n: None if n == "nbformat" else real(n))
@@ -202,7 +202,7 @@ def test_the_book_without_its_extras_is_refused_in_one_line(args, cli, monkeypat
 def test_a_failed_build_exits_1_in_one_line(error, args, module, function, cli, monkeypatch):
     import importlib
 
-    from kvoffload.build import errors, runner
+    from kvoffload.bookbuild import errors, runner
 
     message = "chapter 03_decode_timing, profile t4-pcie3: cell 4 raised ValueError: boom"
 
@@ -210,7 +210,7 @@ def test_a_failed_build_exits_1_in_one_line(error, args, module, function, cli, 
         raise getattr(errors, error)(message)
 
     monkeypatch.setattr(runner, "find_root", lambda: REPO)
-    monkeypatch.setattr(importlib.import_module(f"kvoffload.build.{module}"), function, fail)
+    monkeypatch.setattr(importlib.import_module(f"kvoffload.bookbuild.{module}"), function, fail)
     r = cli(*args)
     assert r.code == 1
     assert r.err == f"kvoffload: build failed: {message}\n"
@@ -327,7 +327,7 @@ def test_run_failing_to_write_its_folder_exits_2_in_one_line(cli, monkeypatch, t
     import errno
 
     pytest.importorskip("nbformat")
-    from kvoffload.build import profile_run, runner
+    from kvoffload.bookbuild import profile_run, runner
 
     page = tmp_path / "run" / "html" / "01_memory_tiers.html"
 
@@ -382,13 +382,13 @@ def test_an_interrupted_build_says_so_in_one_line(
     import importlib
 
     pytest.importorskip("nbformat")
-    from kvoffload.build import runner
+    from kvoffload.bookbuild import runner
 
     def stop(*_, **__):
         raise KeyboardInterrupt(message) if message else KeyboardInterrupt
 
     monkeypatch.setattr(runner, "find_root", lambda: REPO)
-    monkeypatch.setattr(importlib.import_module(f"kvoffload.build.{module}"), function, stop)
+    monkeypatch.setattr(importlib.import_module(f"kvoffload.bookbuild.{module}"), function, stop)
     r = cli(*args)
     assert r.code == code and r.out == ""
     assert r.err == (
@@ -397,7 +397,7 @@ def test_an_interrupted_build_says_so_in_one_line(
 
 
 def test_another_interrupted_command_says_so_in_one_line(cli, monkeypatch):
-    from kvoffload.spec import hardware
+    from kvoffload.inputs import hardware
 
     def stop(*_, **__):
         raise KeyboardInterrupt
@@ -416,7 +416,7 @@ def test_ctrl_c_in_a_real_process_exits_130_with_one_line():
     script = (
         "import sys, time\n"
         "from kvoffload import cli\n"
-        "from kvoffload.spec import hardware\n"
+        "from kvoffload.inputs import hardware\n"
         "def slow(*_):\n"
         "    print('ready', flush=True)\n"
         "    time.sleep(60)\n"

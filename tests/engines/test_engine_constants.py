@@ -8,8 +8,8 @@ import pytest
 from kvoffload.engines import prefix_cache
 from kvoffload.engines.each import flexgen, llamacpp, vllm
 from kvoffload.engines.scenario import parse_scenario, predict
+from kvoffload.inputs import catalog
 from kvoffload.model import decode
-from kvoffload.spec import catalog
 
 CONSTANTS = catalog.load("engine_constants")
 KINDS = {"fitted", "derived", "measured", "assumed"}

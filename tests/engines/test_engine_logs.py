@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
+from kvoffload.inputs import catalog
+from kvoffload.inputs.files import load_yaml
+from kvoffload.inputs.models import load_model
+from kvoffload.inputs.precision import KvFormat
 from kvoffload.model import kv
-from kvoffload.spec import catalog
-from kvoffload.spec.inputs import load_yaml
-from kvoffload.spec.models import load_model
-from kvoffload.spec.precision import KvFormat
 
 LOGS = load_yaml(catalog.catalog_dir() / "engine_kv_logs.yaml")
 BYTE_LOGS = [e for e in LOGS if e.get("total_bytes")]

@@ -1,4 +1,4 @@
-"""Engine options stop at the plausible maxima of spec/limits.py: one past refused, the maximum kept.
+"""Engine options stop at the plausible maxima of inputs/limits.py: one past refused, the maximum kept.
 
 Through the command line, as a user meets them: ``kvoffload predict FILE`` exits 2 in one line
 naming the file, the option and the maximum.
@@ -11,7 +11,7 @@ import yaml
 
 from kvoffload.engines.each import vllm
 from kvoffload.engines.scenario import parse_scenario
-from kvoffload.spec.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_LAYERS, MAX_PARAMS
+from kvoffload.inputs.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_LAYERS, MAX_PARAMS
 from tests.support.refusals import assert_refused
 
 LLAMA = {"hardware": "a100-80gb-sxm-pcie4", "model": "llama-3.1-8b"}

@@ -9,8 +9,8 @@ import pytest
 
 from kvoffload.engines.each import flexgen, infllm
 from kvoffload.engines.scenario import parse_scenario, predict
+from kvoffload.inputs.errors import InputError
 from kvoffload.model import decode
-from kvoffload.spec.errors import InputError
 from kvoffload.studies import validation
 
 

@@ -6,8 +6,8 @@ import pytest
 
 from kvoffload.engines.each import ktransformers
 from kvoffload.engines.scenario import parse_scenario, predict
+from kvoffload.inputs.errors import InputError
 from kvoffload.model import cpu_rate
-from kvoffload.spec.errors import InputError
 
 BASE = {
     "hardware": "rtx-4090-2s-xeon-6454s",

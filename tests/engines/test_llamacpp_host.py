@@ -3,8 +3,8 @@
 import pytest
 
 from kvoffload.engines.scenario import parse_scenario, predict
+from kvoffload.inputs.errors import InputError
 from kvoffload.model import cpu_rate
-from kvoffload.spec.errors import InputError
 
 DESKTOP = {
     "hardware": "rtx-3090-desktop",  # 64 GB of host memory, 59 GB of it for processes

@@ -7,8 +7,8 @@ import pytest
 
 from kvoffload.engines.each import llamacpp
 from kvoffload.engines.scenario import parse_scenario
+from kvoffload.inputs.precision import KvFormat, WeightFormat
 from kvoffload.model import cpu_rate
-from kvoffload.spec.precision import KvFormat, WeightFormat
 
 
 def _scenario(kv: str, **options):

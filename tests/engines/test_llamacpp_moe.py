@@ -5,8 +5,8 @@ import pytest
 
 from kvoffload.engines.each import llamacpp
 from kvoffload.engines.scenario import parse_scenario, predict
+from kvoffload.inputs.errors import InputError
 from kvoffload.model import tensor_groups as tg
-from kvoffload.spec.errors import InputError
 
 BASE = {
     "hardware": "rtx-4090-desktop",

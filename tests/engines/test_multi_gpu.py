@@ -20,9 +20,9 @@ import yaml
 
 from kvoffload.engines.each import llamacpp, vllm, zero_inference
 from kvoffload.engines.scenario import ENGINES, parse_scenario, predict
+from kvoffload.inputs.precision import KvFormat
 from kvoffload.model import decode, kv
 from kvoffload.model.prediction import check_fits, predict_setup
-from kvoffload.spec.precision import KvFormat
 from kvoffload.studies import validation
 
 ONE = "a100-80gb-sxm-pcie4"

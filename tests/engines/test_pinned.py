@@ -3,7 +3,7 @@
 import pytest
 
 from kvoffload.engines.scenario import parse_scenario, predict
-from kvoffload.spec.errors import InputError
+from kvoffload.inputs.errors import InputError
 
 BASE = {
     "hardware": "t4-pcie3",  # a profile with a measured pageable rate below the pinned one

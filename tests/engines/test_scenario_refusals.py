@@ -1,5 +1,5 @@
 """Scenarios the model would misread are refused in one line: fields an engine would drop, and
-numbers beyond the plausible maxima of spec/limits.py, checked before anything is computed."""
+numbers beyond the plausible maxima of inputs/limits.py, checked before anything is computed."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from kvoffload.engines import registry, scenario
 from kvoffload.engines.each import vllm
 from kvoffload.engines.scenario import ENGINES, parse_scenario, predict
 from kvoffload.engines.spec import SET_BY_ENGINE, EngineSpec, EngineSpecError, PrefixCache
-from kvoffload.spec.errors import InputError
-from kvoffload.spec.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_EXPERTS, MAX_GENERATE_TOKENS
+from kvoffload.inputs.errors import InputError
+from kvoffload.inputs.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_EXPERTS, MAX_GENERATE_TOKENS
 from tests.support.refusals import assert_refused
 
 OTHERS = [e for e in ENGINES if e != "generic"]

@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from kvoffload.cli import main
+from kvoffload.inputs.hardware import load_system
+from kvoffload.inputs.models import load_model
 from kvoffload.model import decode
-from kvoffload.spec.hardware import load_system
-from kvoffload.spec.models import load_model
 from kvoffload.studies import alternatives, memory_fit
 
 ONE = load_system("a100-80gb-sxm-pcie4")

@@ -5,11 +5,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvoffload.inputs import catalog
+from kvoffload.inputs.hardware import build_part
+from kvoffload.inputs.precision import WeightFormat
+from kvoffload.inputs.units import Dim, parse_quantity
 from kvoffload.model import cpu_rate
-from kvoffload.spec import catalog
-from kvoffload.spec.hardware import build_part
-from kvoffload.spec.precision import WeightFormat
-from kvoffload.spec.units import Dim, parse_quantity
 
 DATA = catalog.load("cpu_matvec")
 ROWS = {r["id"]: r for r in DATA["rows"]}

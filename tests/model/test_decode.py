@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvoffload.inputs.hardware import load_system
+from kvoffload.inputs.models import load_model
 from kvoffload.model import decode, kv, timeline
-from kvoffload.spec.hardware import load_system
-from kvoffload.spec.models import load_model
 
 ARTICLE = load_system("article-reference")
 A100 = load_system("a100-80gb-sxm-pcie4")

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvoffload.engines.scenario import parse_scenario, predict
+from kvoffload.inputs.errors import InputError
 from kvoffload.model import decode, tensor_groups
-from kvoffload.spec.errors import InputError
 
 BASE = {
     "hardware": "rtx-4090-desktop",

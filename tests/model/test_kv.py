@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvoffload.inputs.limits import MAX_CONTEXT_TOKENS
+from kvoffload.inputs.models import from_hf_config, load_model, model_ids
+from kvoffload.inputs.precision import KvFormat
 from kvoffload.model import kv
-from kvoffload.spec.limits import MAX_CONTEXT_TOKENS
-from kvoffload.spec.models import from_hf_config, load_model, model_ids
-from kvoffload.spec.precision import KvFormat
 
 # Bytes of K+V per token over all layers, bf16, worked out by hand from each config.json:
 # 2 (K and V) x layers x KV heads x head_dim x 2 bytes; MLA caches one latent of

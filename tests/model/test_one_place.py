@@ -12,12 +12,12 @@ from hypothesis import strategies as st
 
 from kvoffload.engines.each import flexgen
 from kvoffload.engines.scenario import parse_scenario, predict
+from kvoffload.inputs.errors import InputError
+from kvoffload.inputs.hardware import load_system
+from kvoffload.inputs.models import load_model, model_ids
+from kvoffload.inputs.precision import WeightFormat
 from kvoffload.model import capacity, decode
 from kvoffload.model.prediction import check_fits, shortfalls
-from kvoffload.spec.errors import InputError
-from kvoffload.spec.hardware import load_system
-from kvoffload.spec.models import load_model, model_ids
-from kvoffload.spec.precision import WeightFormat
 
 FORMATS = (WeightFormat.BF16, WeightFormat.INT4, WeightFormat.Q4_K_M)
 

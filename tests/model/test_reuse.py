@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvoffload.inputs.hardware import load_system
+from kvoffload.inputs.models import load_model
 from kvoffload.model import decode, kv, reuse
-from kvoffload.spec.hardware import load_system
-from kvoffload.spec.models import load_model
 
 H100 = load_system("h100-sxm-pcie5")
 LLAMA = decode.Setup(H100, load_model("llama-3.1-8b"))

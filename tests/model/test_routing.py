@@ -4,9 +4,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvoffload.inputs.hardware import load_system
+from kvoffload.inputs.models import load_model
 from kvoffload.model import decode, routing
-from kvoffload.spec.hardware import load_system
-from kvoffload.spec.models import load_model
 
 experts = st.integers(1, 512)
 
@@ -86,7 +86,7 @@ def test_streaming_only_routed_experts_moves_what_the_batch_touches_minus_cache_
 
 def test_bad_routing_is_refused_naming_the_field():
     from kvoffload.engines.scenario import parse_scenario
-    from kvoffload.spec.errors import InputError
+    from kvoffload.inputs.errors import InputError
 
     with pytest.raises(InputError, match=r"routing\.gpu_hit_rate"):
         parse_scenario(

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvoffload.inputs.hardware import load_system
+from kvoffload.inputs.models import load_model
 from kvoffload.model import decode, kv
 from kvoffload.model.search import largest_true, smallest_true_log
-from kvoffload.spec.hardware import load_system
-from kvoffload.spec.models import load_model
 from kvoffload.studies import alternatives as alt
 
 thresholds = st.lists(st.integers(-5, 2100), min_size=1, max_size=12)

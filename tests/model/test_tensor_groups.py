@@ -5,9 +5,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvoffload.inputs.models import load_model, model_ids
+from kvoffload.inputs.precision import WeightFormat
 from kvoffload.model import tensor_groups as tg
-from kvoffload.spec.models import load_model, model_ids
-from kvoffload.spec.precision import WeightFormat
 
 
 @pytest.mark.parametrize("model_id", model_ids())

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvoffload.inputs.hardware import load_system
+from kvoffload.inputs.models import load_model
 from kvoffload.model import decode
-from kvoffload.spec.hardware import load_system
-from kvoffload.spec.models import load_model
 
 SYSTEMS = [load_system(s) for s in ("a100-80gb-sxm-pcie4", "t4-pcie3", "gh200-nvlink-c2c")]
 MODELS = {

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvoffload.inputs.errors import InputError
+from kvoffload.inputs.hardware import load_system
 from kvoffload.model import transfer
-from kvoffload.spec.errors import InputError
-from kvoffload.spec.hardware import load_system
 
 PROFILE = {
     "id": "test-box",

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kvoffload.inputs.hardware import load_system
+from kvoffload.inputs.models import load_model
+from kvoffload.inputs.precision import WeightFormat
 from kvoffload.model import decode, working_memory
-from kvoffload.spec.hardware import load_system
-from kvoffload.spec.models import load_model
-from kvoffload.spec.precision import WeightFormat
 
 OPT_30B = load_model("opt-30b")
 LLAMA = load_model("llama-3-8b")

@@ -8,6 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from kvoffload.inputs.hardware import load_system
+from kvoffload.inputs.models import load_model
 from kvoffload.model import decode, timeline
 from kvoffload.report import (
     charting,
@@ -20,8 +22,6 @@ from kvoffload.report import (
     styling,
     tier_tables,
 )
-from kvoffload.spec.hardware import load_system
-from kvoffload.spec.models import load_model
 from kvoffload.studies import claims, decode_sweeps, kv_sizing, memory_fit, tiers
 
 A100 = load_system("a100-80gb-sxm-pcie4")

@@ -8,11 +8,11 @@ import pytest
 
 from kvoffload.engines.registry import validate_options
 from kvoffload.engines.scenario import predict
+from kvoffload.inputs.hardware import load_system
+from kvoffload.inputs.models import load_model, model_ids
+from kvoffload.inputs.precision import kv_format, weight_format
 from kvoffload.model import decode
 from kvoffload.model.prediction import Scenario, shortfalls
-from kvoffload.spec.hardware import load_system
-from kvoffload.spec.models import load_model, model_ids
-from kvoffload.spec.precision import kv_format, weight_format
 from kvoffload.studies.advise import advise, advise_all
 from kvoffload.studies.advise_commands import parse_command
 from kvoffload.studies.advise_search import NCMOE, NGL, NO_OFFLOAD, Workload, search

@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvoffload.inputs import catalog
+from kvoffload.inputs.hardware import load_system
+from kvoffload.inputs.models import load_model
+from kvoffload.inputs.precision import KvFormat, WeightFormat
 from kvoffload.model import decode, kv
-from kvoffload.spec import catalog
-from kvoffload.spec.hardware import load_system
-from kvoffload.spec.models import load_model
-from kvoffload.spec.precision import KvFormat, WeightFormat
 from kvoffload.studies import alternatives
 
 ARTICLE = load_system("article-reference")

@@ -7,14 +7,14 @@ import json
 import numpy as np
 import pytest
 
-from kvoffload.build.jupyterbook import OFFSITE
+from kvoffload.bookbuild.jupyterbook import OFFSITE
 from kvoffload.engines.scenario import parse_scenario, predict
+from kvoffload.inputs.errors import InputError
+from kvoffload.inputs.hardware import load_system, system_ids
+from kvoffload.inputs.models import load_model, model_ids
+from kvoffload.inputs.precision import KvFormat, WeightFormat
 from kvoffload.model import decode, working_memory
 from kvoffload.report import calculator_page
-from kvoffload.spec.errors import InputError
-from kvoffload.spec.hardware import load_system, system_ids
-from kvoffload.spec.models import load_model, model_ids
-from kvoffload.spec.precision import KvFormat, WeightFormat
 from kvoffload.studies import calculator_data as cd
 
 

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from kvoffload.engines.each import infllm
+from kvoffload.inputs import catalog
+from kvoffload.inputs.hardware import load_system
+from kvoffload.inputs.models import load_model
 from kvoffload.model import kv
-from kvoffload.spec import catalog
-from kvoffload.spec.hardware import load_system
-from kvoffload.spec.models import load_model
 from kvoffload.studies import (
     calibration,
     engines_compared,

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvoffload.spec import catalog
-from kvoffload.spec.models import load_model
+from kvoffload.inputs import catalog
+from kvoffload.inputs.models import load_model
 from kvoffload.studies import claims as cl
 from kvoffload.studies.claims import (
     FUNCTIONS,

@@ -7,9 +7,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from kvoffload.inputs.hardware import load_system
+from kvoffload.inputs.models import load_model
 from kvoffload.model import capacity, decode, kv
-from kvoffload.spec.hardware import load_system
-from kvoffload.spec.models import load_model
 from kvoffload.studies import article_figures, decode_budget, decode_step, decode_sweeps
 
 A100 = load_system("a100-80gb-sxm-pcie4")

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kvoffload.spec import catalog
-from kvoffload.spec.errors import InputError
-from kvoffload.spec.hardware import PART_MODELS, build_system, load_system
-from kvoffload.spec.signals import Interrupted
-from kvoffload.spec.units import Dim, parse_quantity
+from kvoffload.inputs import catalog
+from kvoffload.inputs.errors import InputError
+from kvoffload.inputs.hardware import PART_MODELS, build_system, load_system
+from kvoffload.inputs.signals import Interrupted
+from kvoffload.inputs.units import Dim, parse_quantity
 from kvoffload.studies import measure
 from kvoffload.studies.measure import machine, profile_file, storage_rates
 from tests.support.samples import TINY
@@ -289,7 +289,7 @@ def test_skip_reasons_from_hostile_errors_are_one_plain_line_the_profile_accepts
     tmp_path, monkeypatch
 ):
     """A driver's multi-line message and a folder named with a newline still give a profile."""
-    from kvoffload.spec.text import NOTE_CHARS, text_problem
+    from kvoffload.inputs.text import NOTE_CHARS, text_problem
 
     def broken(*_args):
         raise RuntimeError("CUDA error: launch failed\n  at line 2\r\x1b[31mred\u2028" + "x" * 3000)

@@ -1,5 +1,5 @@
 """Stop signals: `kvoffload measure` stopped by Ctrl-C, kill or a closed terminal leaves no scratch
-file and says so in one line; spec.signals.stop_on_signals keeps an ignored signal ignored."""
+file and says so in one line; inputs.signals.stop_on_signals keeps an ignored signal ignored."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload.spec.signals import Interrupted, stop_on_signals
+from kvoffload.inputs.signals import Interrupted, stop_on_signals
 from tests.support.paths import REPO
 
 # `kvoffload measure --quick`, with a plan small enough for a test: the host-memory part is
@@ -133,11 +133,11 @@ def test_a_signal_ignored_at_the_start_stays_ignored(tmp_path):
     assert out.is_file() and not list(scratch_dir.glob(SCRATCH))
 
 
-# -- spec.signals.stop_on_signals on its own, as `kvoffload book` and `measure` use it ----------
+# -- inputs.signals.stop_on_signals on its own, as `kvoffload book` and `measure` use it ----------
 # code inside the block that sleeps, then says whether it finished or was stopped
 SLEEPER = """
 import sys, time
-from kvoffload.spec.signals import Interrupted, stop_on_signals
+from kvoffload.inputs.signals import Interrupted, stop_on_signals
 try:
     with stop_on_signals():
         print("ready", flush=True)

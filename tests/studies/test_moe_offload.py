@@ -10,11 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvoffload.engines.scenario import parse_scenario, predict
+from kvoffload.inputs.errors import InputError
+from kvoffload.inputs.hardware import load_system
+from kvoffload.inputs.models import load_model
 from kvoffload.model import routing
 from kvoffload.report import charting, moe_charts
-from kvoffload.spec.errors import InputError
-from kvoffload.spec.hardware import load_system
-from kvoffload.spec.models import load_model
 from kvoffload.studies import moe_offload as mo
 
 DESKTOP = "rtx-4090-desktop"

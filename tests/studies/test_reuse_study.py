@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvoffload.spec.hardware import load_system
-from kvoffload.spec.models import load_model
+from kvoffload.inputs.hardware import load_system
+from kvoffload.inputs.models import load_model
 from kvoffload.studies import reuse
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kvoffload.inputs.hardware import load_system
+from kvoffload.inputs.limits import MAX_CONTEXT_TOKENS
+from kvoffload.inputs.models import load_model
+from kvoffload.inputs.precision import KvFormat
+from kvoffload.inputs.units import format_bytes
 from kvoffload.model import kv, transfer
-from kvoffload.spec.hardware import load_system
-from kvoffload.spec.limits import MAX_CONTEXT_TOKENS
-from kvoffload.spec.models import load_model
-from kvoffload.spec.precision import KvFormat
-from kvoffload.spec.units import format_bytes
 from kvoffload.studies import article_figures, kv_sizing, memory_fit, tiers
 
 A100 = load_system("a100-80gb-sxm-pcie4")

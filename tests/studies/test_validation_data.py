@@ -7,11 +7,11 @@ import re
 import pytest
 
 from kvoffload.engines.scenario import parse_scenario, predict
-from kvoffload.spec import catalog
-from kvoffload.spec.hardware import load_system
-from kvoffload.spec.inputs import load_yaml
-from kvoffload.spec.models import load_model
-from kvoffload.spec.precision import weight_format
+from kvoffload.inputs import catalog
+from kvoffload.inputs.files import load_yaml
+from kvoffload.inputs.hardware import load_system
+from kvoffload.inputs.models import load_model
+from kvoffload.inputs.precision import weight_format
 from kvoffload.studies import validation
 
 DATA = load_yaml(catalog.catalog_dir() / "validation.yaml")

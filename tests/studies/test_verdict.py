@@ -7,10 +7,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from kvoffload.inputs.hardware import load_system, system_ids
+from kvoffload.inputs.limits import MAX_CONTEXT_TOKENS
+from kvoffload.inputs.models import load_model
 from kvoffload.model import capacity, decode
-from kvoffload.spec.hardware import load_system, system_ids
-from kvoffload.spec.limits import MAX_CONTEXT_TOKENS
-from kvoffload.spec.models import load_model
 from kvoffload.studies import decode_budget, decode_step, verdict
 from kvoffload.studies.verdict import HEADLINE, Workload
 
@@ -80,7 +80,7 @@ def test_the_workload_counts_batch_formats_and_budget():
     w = Workload("llama-3.1-8b", 8_000, 4, weights="int4", kv="fp8")
     v = verdict.verdict("article-reference", w, budget_ms=30.0)
     system, llm = load_system("article-reference"), load_model("llama-3.1-8b")
-    from kvoffload.spec.precision import KvFormat, WeightFormat
+    from kvoffload.inputs.precision import KvFormat, WeightFormat
 
     setup = decode.Setup(system, llm, WeightFormat.INT4, KvFormat.FP8)
     assert v.gpu_ms == pytest.approx(float(decode.step(setup, 8_000, 4).total) * 1e3)
@@ -94,7 +94,7 @@ def test_the_workload_counts_batch_formats_and_budget():
 
 
 def test_an_unknown_format_is_refused():
-    from kvoffload.spec.errors import InputError
+    from kvoffload.inputs.errors import InputError
 
     with pytest.raises(InputError):
         verdict.verdict("article-reference", Workload("llama-3.1-8b", 1000, weights="bf17"))

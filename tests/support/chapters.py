@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvoffload.build.runner import Chapter
+from kvoffload.bookbuild.runner import Chapter
 
 HEAD = """---
 jupytext:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from bs4 import BeautifulSoup
 
-from kvoffload.build import pages
-from kvoffload.build.runner import Chapter, declared_parameters
+from kvoffload.bookbuild import pages
+from kvoffload.bookbuild.runner import Chapter, declared_parameters
 from kvoffload.studies import verdict
 
 

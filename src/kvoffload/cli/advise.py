@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from kvoffload.cli.output import print_json
-from kvoffload.spec.errors import InputError
+from kvoffload.inputs.errors import InputError
 
 MAX_BUDGET_MS = 3_600_000.0  # an hour per token: beyond it nothing is interactive
 
@@ -48,8 +48,8 @@ def _table(rows: list[dict[str, str]], commands: list[str]) -> None:
 
 def advise(args: argparse.Namespace) -> int:
     """Print the configurations that run the model on the machine, fastest first."""
-    from kvoffload.spec.hardware import load_system
-    from kvoffload.spec.units import format_number
+    from kvoffload.inputs.hardware import load_system
+    from kvoffload.inputs.units import format_number
     from kvoffload.studies.advise import ALL, advise, advise_all, cells
     from kvoffload.studies.advise_search import Workload
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from kvoffload.build.extras import require_book_extras
-from kvoffload.spec.errors import InputError
+from kvoffload.bookbuild.extras import require_book_extras
+from kvoffload.inputs.errors import InputError
 
 
 def book(args: argparse.Namespace) -> int:
     """Build the book and print what was executed and where the site is."""
     require_book_extras()
-    from kvoffload.build.runner import find_root
-    from kvoffload.build.site import build_book
+    from kvoffload.bookbuild.runner import find_root
+    from kvoffload.bookbuild.site import build_book
 
     root = find_root()
     profiles = [p.strip() for p in args.profiles.split(",") if p.strip()] if args.profiles else None
@@ -29,7 +29,7 @@ def book(args: argparse.Namespace) -> int:
 
 def run_out(out: Path) -> Path:
     """Return ``out``; InputError when it is not a folder or could not be created or written."""
-    from kvoffload.spec.inputs import check_writable
+    from kvoffload.inputs.files import check_writable
 
     where = {"file": str(out), "field": "--out"}
     existing = out.absolute()
@@ -46,7 +46,7 @@ def run_out(out: Path) -> Path:
 
 def _detected_file(out: Path | None) -> str:
     """Write this machine's detected profile where the run's output goes; return its path."""
-    from kvoffload.spec.detect import detect
+    from kvoffload.inputs.detect import detect
     from kvoffload.studies.measure import write_profile
 
     folder = out or Path("kvoffload-run")
@@ -61,8 +61,8 @@ def _detected_file(out: Path | None) -> str:
 def run(args: argparse.Namespace) -> int:
     """Re-run chapters for one machine and print the notebooks and pages written."""
     require_book_extras()
-    from kvoffload.build.profile_run import run_for_profile
-    from kvoffload.build.runner import find_root
+    from kvoffload.bookbuild.profile_run import run_for_profile
+    from kvoffload.bookbuild.runner import find_root
 
     out = run_out(Path(args.out)) if args.out else None
     hardware = _detected_file(out) if args.hardware == "detect" else args.hardware

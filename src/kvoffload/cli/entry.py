@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from kvoffload.build.errors import BuildError, ChapterError
+from kvoffload.bookbuild.errors import BuildError, ChapterError
 from kvoffload.cli.parser import build_parser
-from kvoffload.spec.errors import InputError, one_line
+from kvoffload.inputs.errors import InputError, one_line
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -23,7 +23,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except BrokenPipeError:  # e.g. piped into head
         return 0
-    except KeyboardInterrupt as exc:  # Ctrl-C, or spec.signals.Interrupted (SIGTERM, SIGHUP too)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or inputs.signals.Interrupted (SIGTERM, SIGHUP too)
         return _interrupted(args.command, exc)
 
 

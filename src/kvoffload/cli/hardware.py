@@ -9,7 +9,7 @@ from kvoffload.cli.output import print_json
 
 def list_profiles(_: argparse.Namespace) -> int:
     """Print each catalog system profile's id and name."""
-    from kvoffload.spec.hardware import load_system, system_ids
+    from kvoffload.inputs.hardware import load_system, system_ids
 
     width = max(len(i) for i in system_ids())
     for ident in system_ids():
@@ -20,8 +20,8 @@ def list_profiles(_: argparse.Namespace) -> int:
 
 def show_profile(args: argparse.Namespace) -> int:
     """Print a profile's figures with their kind and source, or its JSON."""
-    from kvoffload.spec import catalog
-    from kvoffload.spec.hardware import load_system
+    from kvoffload.inputs import catalog
+    from kvoffload.inputs.hardware import load_system
 
     system = load_system(args.profile)
     if args.json:
@@ -45,7 +45,7 @@ def show_profile(args: argparse.Namespace) -> int:
 
 def validate_profile(args: argparse.Namespace) -> int:
     """Check a profile file and print how many figures of each kind it holds."""
-    from kvoffload.spec.hardware import load_system
+    from kvoffload.inputs.hardware import load_system
 
     system = load_system(args.file)
     counts: dict[str, int] = {}
@@ -60,8 +60,8 @@ def detect_profile(args: argparse.Namespace) -> int:
     """Print this machine's detected profile (YAML, or JSON), or write it to ``--out``."""
     import yaml
 
-    from kvoffload.spec.detect import detect
-    from kvoffload.spec.hardware import build_system
+    from kvoffload.inputs.detect import detect
+    from kvoffload.inputs.hardware import build_system
 
     raw = detect()
     build_system(raw, ident=raw["id"], origin="detected")  # never print one that would not load

@@ -5,15 +5,15 @@ from __future__ import annotations
 import argparse
 
 from kvoffload.cli.output import print_json
-from kvoffload.spec.errors import InputError
+from kvoffload.inputs.errors import InputError
 
 
 def kv(args: argparse.Namespace) -> int:
     """Print the KV cache size of a model at a context and batch."""
+    from kvoffload.inputs.models import load_model
+    from kvoffload.inputs.precision import kv_format
+    from kvoffload.inputs.units import format_bytes
     from kvoffload.model.kv import kv_size
-    from kvoffload.spec.models import load_model
-    from kvoffload.spec.precision import kv_format
-    from kvoffload.spec.units import format_bytes
 
     model = load_model(args.model)
     fmt = kv_format(args.dtype, field="--dtype")
@@ -41,7 +41,7 @@ def kv(args: argparse.Namespace) -> int:
 def predict(args: argparse.Namespace) -> int:
     """Print the prediction for a scenario file."""
     from kvoffload.engines.scenario import load_scenario, predict
-    from kvoffload.spec.units import format_bytes
+    from kvoffload.inputs.units import format_bytes
 
     result = predict(load_scenario(args.scenario), name=args.scenario)
     out = result.to_json()
@@ -78,7 +78,7 @@ def predict(args: argparse.Namespace) -> int:
 
 def _print_reuse(out: dict) -> None:
     """Print a prediction's prefix-cache hit and, with traffic, its mix of hits per tier."""
-    from kvoffload.spec.units import format_bandwidth, format_bytes
+    from kvoffload.inputs.units import format_bandwidth, format_bytes
 
     r = out["reuse"]
     if r["tier"] is not None:

@@ -7,16 +7,16 @@ import sys
 from pathlib import Path
 
 from kvoffload.cli.output import progress_steps
-from kvoffload.spec.errors import InputError
+from kvoffload.inputs.errors import InputError
 
 
 def measure(args: argparse.Namespace) -> int:
     """Measure, write the profile and print what was measured; 128 + the signal when stopped."""
     import socket
 
-    from kvoffload.spec import catalog
-    from kvoffload.spec.detect import DETECT, detect
-    from kvoffload.spec.signals import Interrupted, stop_on_signals
+    from kvoffload.inputs import catalog
+    from kvoffload.inputs.detect import DETECT, detect
+    from kvoffload.inputs.signals import Interrupted, stop_on_signals
     from kvoffload.studies import measure
 
     base_raw = detect() if args.base == DETECT else None  # this machine's parts as the base

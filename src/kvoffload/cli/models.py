@@ -10,8 +10,8 @@ from kvoffload.cli.output import print_json
 
 def model_json(model: Any) -> dict[str, Any]:
     """Return what ``models show --json`` prints for ``model``."""
+    from kvoffload.inputs.precision import WeightFormat
     from kvoffload.model.kv import bytes_per_token
-    from kvoffload.spec.precision import WeightFormat
 
     out = {
         "id": model.id,
@@ -60,8 +60,8 @@ def gguf_bytes(model: Any) -> dict[str, Any]:
     """Return a GGUF model's bytes as the file stores them: total, per tensor group, per type."""
     import numpy as np
 
+    from kvoffload.inputs.precision import WeightFormat
     from kvoffload.model.tensor_groups import GROUPS, tensor_table
-    from kvoffload.spec.precision import WeightFormat
 
     table = tensor_table(model, WeightFormat.GGUF)
     sums = np.bincount(table.group, weights=table.nbytes, minlength=len(GROUPS))
@@ -74,7 +74,7 @@ def gguf_bytes(model: Any) -> dict[str, Any]:
 
 def list_models(_: argparse.Namespace) -> int:
     """Print one line per catalog model: id, name, attention, layers, parameters."""
-    from kvoffload.spec.models import load_model, model_ids
+    from kvoffload.inputs.models import load_model, model_ids
 
     for ident in model_ids():
         m = load_model(ident)
@@ -86,8 +86,8 @@ def list_models(_: argparse.Namespace) -> int:
 
 def show_model(args: argparse.Namespace) -> int:
     """Print a model's architecture, parameters, KV bytes and weight sizes, or its JSON."""
-    from kvoffload.spec.models import load_model
-    from kvoffload.spec.units import format_bytes
+    from kvoffload.inputs.models import load_model
+    from kvoffload.inputs.units import format_bytes
 
     model = load_model(args.model)
     info = model_json(model)

@@ -6,8 +6,8 @@ import argparse
 from typing import NoReturn
 
 from kvoffload.cli import advise, book, hardware, kv_predict, measure, models, validate
-from kvoffload.spec.errors import one_line
-from kvoffload.spec.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, bound_problem
+from kvoffload.inputs.errors import one_line
+from kvoffload.inputs.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, bound_problem
 
 # Each command imports what it uses when it runs: `kvoffload kv` on a core install (numpy,
 # pyyaml, msgspec) must not reach the book's optional dependencies.

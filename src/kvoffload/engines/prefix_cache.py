@@ -22,13 +22,13 @@ import numpy as np
 from msgspec import Meta
 
 from kvoffload.engines.spec import CacheRule, EngineSpec
+from kvoffload.inputs import catalog
+from kvoffload.inputs.errors import InputError
+from kvoffload.inputs.units import format_bytes
 from kvoffload.model import decode, lru, reuse
 from kvoffload.model.decode import Setup
 from kvoffload.model.prediction import Prediction, PrefixReuse, Scenario
 from kvoffload.model.reuse import CopyPath
-from kvoffload.spec import catalog
-from kvoffload.spec.errors import InputError
-from kvoffload.spec.units import format_bytes
 
 # tokens in one cache block or chunk: engines use 1 to 256; 65,536 is 256x the largest
 BlockTokens = Annotated[int, Meta(ge=1, le=1 << 16)]

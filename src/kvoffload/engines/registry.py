@@ -19,11 +19,11 @@ from kvoffload.engines.spec import (
     EngineSpecError,
     PrefixCache,
 )
+from kvoffload.inputs.errors import InputError
+from kvoffload.inputs.text import Strict, validate
 from kvoffload.model.prediction import Prediction, Scenario
 from kvoffload.model.reuse import TIERS
 from kvoffload.model.routing import Routing
-from kvoffload.spec.errors import InputError
-from kvoffload.spec.text import Strict, validate
 
 _ROUTING_FIELDS = tuple(f.name for f in dataclasses.fields(Routing))
 
@@ -37,7 +37,7 @@ def _problem(spec: EngineSpec) -> tuple[str, str] | None:
         return "name", "must be a non-empty string"
     o = spec.options
     if o is not None and not (isinstance(o, type) and issubclass(o, Strict)):
-        return "options", "must be a spec.text.Strict subclass or None"
+        return "options", "must be a inputs.text.Strict subclass or None"
     if not callable(spec.predict):
         return "predict", "must be a function of a Scenario returning a Prediction"
     if spec.placement_option is not None and (

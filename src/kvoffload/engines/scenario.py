@@ -11,6 +11,22 @@ from msgspec import Meta
 from kvoffload.engines import prefix_cache
 from kvoffload.engines.registry import ENGINES, run_engine, validate_options
 from kvoffload.engines.spec import SET_BY_ENGINE, EngineSpec
+from kvoffload.inputs.errors import FieldError, InputError
+from kvoffload.inputs.files import load_mapping, stat_mode
+from kvoffload.inputs.hardware import load_system
+from kvoffload.inputs.limits import (
+    MAX_ARRIVAL_RATE,
+    MAX_BATCH,
+    MAX_CONTEXT_TOKENS,
+    MAX_EXPERTS,
+    MAX_GENERATE_TOKENS,
+    MAX_SESSIONS,
+    MAX_TURN_GAP_S,
+    bound_problem,
+)
+from kvoffload.inputs.models import load_model
+from kvoffload.inputs.precision import KvFormat, WeightFormat, kv_format, weight_format
+from kvoffload.inputs.text import Strict, validate
 from kvoffload.model import decode
 from kvoffload.model.prediction import (
     Prediction,
@@ -21,22 +37,6 @@ from kvoffload.model.prediction import (
 )
 from kvoffload.model.routing import Routing
 from kvoffload.model.tensor_groups import GROUPS
-from kvoffload.spec.errors import FieldError, InputError
-from kvoffload.spec.hardware import load_system
-from kvoffload.spec.inputs import load_mapping, stat_mode
-from kvoffload.spec.limits import (
-    MAX_ARRIVAL_RATE,
-    MAX_BATCH,
-    MAX_CONTEXT_TOKENS,
-    MAX_EXPERTS,
-    MAX_GENERATE_TOKENS,
-    MAX_SESSIONS,
-    MAX_TURN_GAP_S,
-    bound_problem,
-)
-from kvoffload.spec.models import load_model
-from kvoffload.spec.precision import KvFormat, WeightFormat, kv_format, weight_format
-from kvoffload.spec.text import Strict, validate
 
 
 def _bounded(name: str, value: int, maximum: int, what: str) -> None:

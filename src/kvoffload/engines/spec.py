@@ -6,10 +6,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kvoffload.inputs.text import Strict
 from kvoffload.model.decode import Setup
 from kvoffload.model.prediction import Prediction, Scenario
 from kvoffload.model.reuse import Reload
-from kvoffload.spec.text import Strict
 
 # Top-level scenario fields only the step model (`generic`) reads: an engine that places itself
 # sets them too, so each is refused beside it with what that engine does instead.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from kvoffload.spec.hardware import System
+from kvoffload.inputs.hardware import System
 
 
 def host_capacity(system: System) -> float:

@@ -23,10 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-from kvoffload.spec import catalog
-from kvoffload.spec.hardware import Host
-from kvoffload.spec.precision import WeightFormat
-from kvoffload.spec.units import Dim, parse_quantity
+from kvoffload.inputs import catalog
+from kvoffload.inputs.hardware import Host
+from kvoffload.inputs.precision import WeightFormat
+from kvoffload.inputs.units import Dim, parse_quantity
 
 
 @dataclass(frozen=True)

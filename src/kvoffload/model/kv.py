@@ -16,10 +16,10 @@ from functools import cache
 import numpy as np
 from numpy.typing import ArrayLike
 
+from kvoffload.inputs.limits import MAX_CONTEXT_TOKENS
+from kvoffload.inputs.models import Model
+from kvoffload.inputs.precision import KvFormat, kv_vector_bytes
 from kvoffload.model.search import largest_true
-from kvoffload.spec.limits import MAX_CONTEXT_TOKENS
-from kvoffload.spec.models import Model
-from kvoffload.spec.precision import KvFormat, kv_vector_bytes
 
 _FULL = np.iinfo(np.int64).max // 4  # stands for "no window" in integer arithmetic
 

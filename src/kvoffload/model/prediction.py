@@ -12,12 +12,12 @@ from typing import Any
 
 import numpy as np
 
+from kvoffload.inputs.errors import InputError
+from kvoffload.inputs.hardware import System
+from kvoffload.inputs.models import Model
+from kvoffload.inputs.precision import KvFormat, WeightFormat
+from kvoffload.inputs.units import format_bytes
 from kvoffload.model import capacity, decode
-from kvoffload.spec.errors import InputError
-from kvoffload.spec.hardware import System
-from kvoffload.spec.models import Model
-from kvoffload.spec.precision import KvFormat, WeightFormat
-from kvoffload.spec.units import format_bytes
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,13 @@ from functools import cache, lru_cache
 
 import numpy as np
 
-from kvoffload.spec.models import Model, Tensor
-from kvoffload.spec.precision import WeightFormat
+from kvoffload.inputs.models import Model, Tensor
+from kvoffload.inputs.precision import WeightFormat
 
 LAYER_GROUPS = ("attention", "mlp", "shared_experts", "experts", "router", "norms")
 GROUPS = (*LAYER_GROUPS, "embeddings", "output")
 
-# tensor role -> (group, GGUF base name); roles are those spec/models.py gives its tensors
+# tensor role -> (group, GGUF base name); roles are those inputs/models.py gives its tensors
 _ROLES = {
     "attn_q": ("attention", "attn_q"),
     "attn_k": ("attention", "attn_k"),

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from kvoffload.spec.figures import Figure
-from kvoffload.spec.hardware import Storage, System
+from kvoffload.inputs.figures import Figure
+from kvoffload.inputs.hardware import Storage, System
 
 
 def transfer_time(

@@ -25,7 +25,7 @@ from functools import cache
 import numpy as np
 from numpy.typing import ArrayLike
 
-from kvoffload.spec.models import Model
+from kvoffload.inputs.models import Model
 
 FP16 = 2  # bytes per activation: engines keep activations in fp16 or bf16
 MASK = 1  # bytes per entry of the boolean causal mask

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from kvoffload.inputs.units import format_change
 from kvoffload.report.styling import Table, number, show
-from kvoffload.spec.units import format_change
 
 # the option, whether it fits and what it costs per token come first; sources go under the table
 KEY_COLUMNS = ["option", "fits", "TPOT (ms)", "TPOT change", "GPU memory"]

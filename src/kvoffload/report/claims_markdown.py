@@ -7,7 +7,7 @@ from html import escape
 import pandas as pd
 from IPython.display import HTML, Markdown
 
-from kvoffload.spec import catalog
+from kvoffload.inputs import catalog
 from kvoffload.studies.claims import NEW, Claim, changed, load_claims, omitted
 
 BADGES = {

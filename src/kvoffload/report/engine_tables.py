@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from kvoffload.inputs.units import format_bytes
 from kvoffload.report.styling import Table, number, show
-from kvoffload.spec.units import format_bytes
 from kvoffload.studies.fit_marks import marked
 
 MEMORY_COLUMNS = {"gpu_bytes": "GPU memory", "cpu_bytes": "host memory"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kvoffload.spec.units import format_bytes, format_number
+from kvoffload.inputs.units import format_bytes, format_number
 
 
 def _sliding(count: int, windows: tuple[int, ...]) -> str:

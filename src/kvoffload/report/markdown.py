@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from IPython.display import Markdown
 
-from kvoffload.spec.text import markdown_text
+from kvoffload.inputs.text import markdown_text
 
 
 def bullets(items: Iterable[str], empty: str) -> Markdown:

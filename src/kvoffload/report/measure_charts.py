@@ -8,8 +8,8 @@ import altair as alt
 import pandas as pd
 from IPython.display import Markdown
 
+from kvoffload.inputs.units import format_bytes
 from kvoffload.report.charting import Figures, limit_line, note_coinciding, show
-from kvoffload.spec.units import format_bytes
 
 
 def random_read_chart(rows: list[dict]) -> alt.LayerChart:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
+from kvoffload.inputs.units import format_number
 from kvoffload.report.charting import PALETTE, limit_line, note_coinciding, wrapped_labels
-from kvoffload.spec.units import format_number
 from kvoffload.studies.fit_marks import FITS, marked, shortfall_text
 from kvoffload.studies.moe_offload import KV, NCMOE, NGL, FitOptions
 

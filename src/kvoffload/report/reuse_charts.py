@@ -6,6 +6,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
+from kvoffload.inputs.units import format_bytes, format_number
 from kvoffload.report.charting import (
     MS_LABELS,
     NEUTRAL,
@@ -17,7 +18,6 @@ from kvoffload.report.charting import (
     note_coinciding,
     value_scale,
 )
-from kvoffload.spec.units import format_bytes, format_number
 
 GB = 1e9
 SPEEDUP = "speedup (×)"  # the TTFT table's recompute / host-hit column

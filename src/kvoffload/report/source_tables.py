@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from kvoffload.inputs import catalog
 from kvoffload.report.styling import Table, show
-from kvoffload.spec import catalog
 
 
 def sources_table(ids: list[str]) -> pd.DataFrame:

@@ -3,7 +3,7 @@ booleans as words, addresses as links, long notes as numbered footnotes under th
 
 Every cell is escaped here, once; a formatter returns plain text. A format string with a ``g``
 spec ("{:.3g}") prints that many significant figures without an exponent
-(``spec.units.format_number``), so no cell reads 1.5e+03.
+(``inputs.units.format_number``), so no cell reads 1.5e+03.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 
 import pandas as pd
 
-from kvoffload.spec.units import format_number
+from kvoffload.inputs.units import format_number
 
 MISSING = "—"
 LONG_TEXT = 40  # characters: a text column with longer cells gets a column wide enough to read

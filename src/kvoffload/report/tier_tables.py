@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from kvoffload.inputs.units import format_bandwidth, format_seconds
 from kvoffload.report.styling import Table, show
-from kvoffload.spec.units import format_bandwidth, format_seconds
 
 
 def tier_table(rates: pd.DataFrame) -> pd.DataFrame:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
+from kvoffload.inputs.units import format_number
 from kvoffload.report.charting import NEUTRAL
 from kvoffload.report.styling import Table, show
-from kvoffload.spec.units import format_number
 
 # a prediction's metric (``Prediction.to_json`` key) -> what the table calls it, and its unit
 METRICS = {

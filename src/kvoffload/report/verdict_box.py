@@ -10,7 +10,7 @@ import html
 import re
 from collections.abc import Callable, Sequence
 
-from kvoffload.spec.text import markdown_text
+from kvoffload.inputs.text import markdown_text
 from kvoffload.studies.chapter_answers import Answer
 from kvoffload.studies.fit_marks import FITS, marked
 from kvoffload.studies.reuse import Headline

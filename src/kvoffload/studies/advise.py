@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvoffload.spec.hardware import System
-from kvoffload.spec.models import Model, load_model, model_ids
-from kvoffload.spec.units import format_bytes, format_number, format_seconds
+from kvoffload.inputs.hardware import System
+from kvoffload.inputs.models import Model, load_model, model_ids
+from kvoffload.inputs.units import format_bytes, format_number, format_seconds
 from kvoffload.studies.advise_commands import command_line
 from kvoffload.studies.advise_search import (
     ENGINES,
@@ -154,7 +154,7 @@ def advise_all(
 
 
 def cells(r: dict[str, Any]) -> dict[str, str]:
-    """Return a configuration's table cells for people (numbers through spec.units)."""
+    """Return a configuration's table cells for people (numbers through inputs.units)."""
     return {
         "engine": r["engine"],
         "weights": r["weights"],

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kvoffload.spec.errors import InputError
-from kvoffload.spec.models import Model
+from kvoffload.inputs.errors import InputError
+from kvoffload.inputs.models import Model
 
 ALL_LAYERS = 99  # -ngl 99: every layer (llama.cpp's README); 999 where a model has more
 _LLAMA_KV = {"fp16": "f16", "q8_0": "q8_0", "q4_0": "q4_0"}  # our KV format: -ctk/-ctv's name

@@ -28,13 +28,13 @@ import numpy as np
 
 from kvoffload.engines.registry import validate_options
 from kvoffload.engines.scenario import predict
+from kvoffload.inputs.errors import InputError
+from kvoffload.inputs.hardware import System
+from kvoffload.inputs.models import Model
+from kvoffload.inputs.precision import kv_format, weight_format
 from kvoffload.model import decode
 from kvoffload.model.prediction import Prediction, Scenario, shortfalls
 from kvoffload.model.search import largest_true
-from kvoffload.spec.errors import InputError
-from kvoffload.spec.hardware import System
-from kvoffload.spec.models import Model
-from kvoffload.spec.precision import kv_format, weight_format
 
 ENGINES = ("llamacpp", "vllm")  # the engines advised, in the order they are listed
 GENERATE = 128  # tokens generated at the end of the context (the step is their mean)

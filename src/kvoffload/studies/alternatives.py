@@ -10,13 +10,13 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
+from kvoffload.inputs import catalog
+from kvoffload.inputs.hardware import System
+from kvoffload.inputs.models import Model
+from kvoffload.inputs.precision import KvFormat, WeightFormat
+from kvoffload.inputs.units import Dim, format_bytes, format_change, format_number, parse_quantity
 from kvoffload.model import decode
 from kvoffload.model.search import largest_true
-from kvoffload.spec import catalog
-from kvoffload.spec.hardware import System
-from kvoffload.spec.models import Model
-from kvoffload.spec.precision import KvFormat, WeightFormat
-from kvoffload.spec.units import Dim, format_bytes, format_change, format_number, parse_quantity
 from kvoffload.studies import memory_fit
 
 

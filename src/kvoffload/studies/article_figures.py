@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvoffload.spec import catalog
-from kvoffload.spec.units import Dim, parse_quantity
+from kvoffload.inputs import catalog
+from kvoffload.inputs.units import Dim, parse_quantity
 
 
 def article() -> dict:

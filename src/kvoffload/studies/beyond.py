@@ -10,13 +10,13 @@ import numpy as np
 import pandas as pd
 from msgspec.structs import replace
 
+from kvoffload.inputs import catalog
+from kvoffload.inputs.figures import Figure, Kind
+from kvoffload.inputs.hardware import System, build_part
+from kvoffload.inputs.models import Model
+from kvoffload.inputs.units import Dim, format_bandwidth, format_number
 from kvoffload.model import decode
 from kvoffload.model.search import smallest_true_log
-from kvoffload.spec import catalog
-from kvoffload.spec.figures import Figure, Kind
-from kvoffload.spec.hardware import System, build_part
-from kvoffload.spec.models import Model
-from kvoffload.spec.units import Dim, format_bandwidth, format_number
 
 LINK_IDS = tuple(catalog.parts("link"))  # every catalog link, in catalog order
 # A x8 CXL 2.0 expander on PCIe 5.0 electricals: 31.5 GB/s per direction on the wire (cxl-spec-x8);

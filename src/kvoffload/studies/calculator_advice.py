@@ -13,7 +13,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from kvoffload.spec.hardware import load_system, system_ids
+from kvoffload.inputs.hardware import load_system, system_ids
 from kvoffload.studies.advise import _KV_FLAG, advise_all
 from kvoffload.studies.advise_search import GENERATE, NO_OFFLOAD, Workload
 

@@ -30,13 +30,13 @@ from kvoffload.engines.each.vllm import MAX_HOST_GIB, GiB
 from kvoffload.engines.registry import ENGINES
 from kvoffload.engines.scenario import parse_scenario
 from kvoffload.engines.spec import CacheRule
+from kvoffload.inputs.errors import InputError
+from kvoffload.inputs.hardware import System, load_system, system_ids
+from kvoffload.inputs.limits import MAX_CONTEXT_TOKENS
+from kvoffload.inputs.models import Model, load_model, model_ids
+from kvoffload.inputs.precision import KvFormat, WeightFormat
 from kvoffload.model import decode, kv, reuse, working_memory
 from kvoffload.model.routing import Routing
-from kvoffload.spec.errors import InputError
-from kvoffload.spec.hardware import System, load_system, system_ids
-from kvoffload.spec.limits import MAX_CONTEXT_TOKENS
-from kvoffload.spec.models import Model, load_model, model_ids
-from kvoffload.spec.precision import KvFormat, WeightFormat
 from kvoffload.studies import calculator_advice, calculator_llamacpp
 
 VERSION = 1
@@ -50,7 +50,7 @@ class FigureSpec:
     """One machine figure the page shows and lets a reader type: its key, unit and plausible range.
 
     ``scale`` converts the page's unit into base units; ``lo`` and ``hi`` are the range
-    spec/hardware.py's field accepts (base units, inclusive); ``optional`` figures may be left
+    inputs/hardware.py's field accepts (base units, inclusive); ``optional`` figures may be left
     blank (no pageable rate, no disk bound); ``zero`` allows 0 (a link's latency).
     """
 
@@ -65,7 +65,7 @@ class FigureSpec:
     main: bool = False  # shown at once; the others sit under "more figures"
 
 
-# The ranges are those of spec/hardware.py (Capacity, DeviceBandwidth, LinkBandwidth, FlopRate,
+# The ranges are those of inputs/hardware.py (Capacity, DeviceBandwidth, LinkBandwidth, FlopRate,
 # Latency, storage capacity); tests/test_calculator_data.py holds them to the profile loader.
 FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec("gpu_memory", "GPU memory", "GB", 1e9, 1e8, 1e15, main=True),
@@ -84,7 +84,7 @@ FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec("disk_latency", "Disk read latency", "µs", 1e-6, 1e-9, 1.0, zero=True),
     FigureSpec("disk_capacity", "Disk capacity", "GB", 1e9, 1e9, 1e16, optional=True),
 )
-# spec/hardware.py's checks between figures: attention at most 2% above the memory's rate, the
+# inputs/hardware.py's checks between figures: attention at most 2% above the memory's rate, the
 # pageable rate at most the pinned host→GPU one
 ATTENTION_SLACK = 1.02
 

@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 
 from kvoffload.engines.each import llamacpp
+from kvoffload.inputs.hardware import RESERVED_BASE_BYTES, RESERVED_SHARE, System
+from kvoffload.inputs.limits import MAX_LAYERS
+from kvoffload.inputs.models import Model, load_model, model_ids
+from kvoffload.inputs.precision import WeightFormat
 from kvoffload.model import cpu_rate, tensor_groups
-from kvoffload.spec.hardware import RESERVED_BASE_BYTES, RESERVED_SHARE, System
-from kvoffload.spec.limits import MAX_LAYERS
-from kvoffload.spec.models import Model, load_model, model_ids
-from kvoffload.spec.precision import WeightFormat
 from kvoffload.studies import advise_commands
 from kvoffload.studies.advise_search import LLAMACPP_FORMATS, LLAMACPP_KV, weight_formats
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kvoffload.spec import catalog
-from kvoffload.spec.hardware import load_system
-from kvoffload.spec.units import format_number
+from kvoffload.inputs import catalog
+from kvoffload.inputs.hardware import load_system
+from kvoffload.inputs.units import format_number
 
 ENGINE_NAMES = {"llamacpp": "llama.cpp", "flexgen": "FlexGen"}
 COLUMNS = ["where", "constant", "value", "kind", "source"]

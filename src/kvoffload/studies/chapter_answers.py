@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kvoffload.spec.units import format_bytes, format_number
+from kvoffload.inputs.units import format_bytes, format_number
 
 if TYPE_CHECKING:
     from kvoffload.studies.alternatives import Headline as AlternativesHeadline

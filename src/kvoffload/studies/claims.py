@@ -10,12 +10,12 @@ from typing import Any
 
 import numpy as np
 
+from kvoffload.inputs import catalog
+from kvoffload.inputs.hardware import build_part, load_system
+from kvoffload.inputs.models import load_model
+from kvoffload.inputs.precision import kv_format, weight_format
+from kvoffload.inputs.units import Dim, UnitError, format_number, format_quantity, parse_quantity
 from kvoffload.model import decode, kv, transfer
-from kvoffload.spec import catalog
-from kvoffload.spec.hardware import build_part, load_system
-from kvoffload.spec.models import load_model
-from kvoffload.spec.precision import kv_format, weight_format
-from kvoffload.spec.units import Dim, UnitError, format_number, format_quantity, parse_quantity
 from kvoffload.studies import decode_budget
 
 VERDICTS = ("holds", "imprecise", "wrong", "not verifiable")

@@ -8,12 +8,12 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
+from kvoffload.inputs.hardware import System
+from kvoffload.inputs.limits import MAX_CONTEXT_TOKENS
+from kvoffload.inputs.models import Model
+from kvoffload.inputs.units import Dim, parse_quantity
 from kvoffload.model import decode
 from kvoffload.model.search import largest_true
-from kvoffload.spec.hardware import System
-from kvoffload.spec.limits import MAX_CONTEXT_TOKENS
-from kvoffload.spec.models import Model
-from kvoffload.spec.units import Dim, parse_quantity
 from kvoffload.studies.article_figures import tpot_bound_rows
 from kvoffload.studies.decode_step import place
 from kvoffload.studies.memory_fit import fits

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kvoffload.inputs.units import format_bytes
 from kvoffload.model import capacity, decode, kv
 from kvoffload.model.prediction import shortfalls
-from kvoffload.spec.units import format_bytes
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from kvoffload.engines.scenario import parse_scenario, predict
+from kvoffload.inputs.errors import InputError
+from kvoffload.inputs.units import format_number
 from kvoffload.model import capacity, decode
-from kvoffload.spec.errors import InputError
-from kvoffload.spec.units import format_number
 
 
 def overlap_frame(setup: decode.Setup, contexts: ArrayLike, batch: int = 1) -> pd.DataFrame:

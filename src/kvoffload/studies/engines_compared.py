@@ -11,12 +11,12 @@ from numpy.typing import ArrayLike
 
 from kvoffload.engines.each import infllm
 from kvoffload.engines.scenario import check_fits, parse_scenario, predict
+from kvoffload.inputs.errors import InputError
+from kvoffload.inputs.models import Model, load_model
+from kvoffload.inputs.precision import WeightFormat
+from kvoffload.inputs.units import format_number
 from kvoffload.model import decode, kv
 from kvoffload.model.prediction import Scenario
-from kvoffload.spec.errors import InputError
-from kvoffload.spec.models import Model, load_model
-from kvoffload.spec.precision import WeightFormat
-from kvoffload.spec.units import format_number
 from kvoffload.studies import fit_marks
 
 KV = "bf16"  # every setup's cache format

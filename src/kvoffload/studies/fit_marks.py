@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kvoffload.inputs.hardware import System
+from kvoffload.inputs.units import format_bytes
 from kvoffload.model import decode, prediction
-from kvoffload.spec.hardware import System
-from kvoffload.spec.units import format_bytes
 
 FITS = "yes"
 UNFIT_MARK = " (does not fit)"  # beside a time or a rate that this machine cannot run

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from kvoffload.inputs.models import Model, load_model, model_ids
+from kvoffload.inputs.precision import KvFormat
 from kvoffload.model import kv
-from kvoffload.spec.models import Model, load_model, model_ids
-from kvoffload.spec.precision import KvFormat
 
 
 def model_sizes(

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from kvoffload.spec import catalog
-from kvoffload.spec.hardware import System, load_system
+from kvoffload.inputs import catalog
+from kvoffload.inputs.hardware import System, load_system
 from kvoffload.studies import measure
 
 SMALL_READ_SHARE = 0.1  # the article: small random NVMe reads fall below 10% of sequential

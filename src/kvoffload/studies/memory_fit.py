@@ -2,7 +2,7 @@
 
 The one "longest context that fits" of the book: ``longest_context`` bisects ``decode.memory``
 (weights, cache and the GPU's buffers: the one footprint) against ``capacity.fits`` (the one fit)
-up to ``spec.limits.MAX_CONTEXT_TOKENS``; chapter 02, the verdict box and chapter 05 call it.
+up to ``inputs.limits.MAX_CONTEXT_TOKENS``; chapter 02, the verdict box and chapter 05 call it.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
+from kvoffload.inputs.hardware import System
+from kvoffload.inputs.limits import MAX_CONTEXT_TOKENS
+from kvoffload.inputs.models import Model
+from kvoffload.inputs.precision import KvFormat, WeightFormat
 from kvoffload.model import capacity, decode, kv
 from kvoffload.model.search import largest_true
-from kvoffload.spec.hardware import System
-from kvoffload.spec.limits import MAX_CONTEXT_TOKENS
-from kvoffload.spec.models import Model
-from kvoffload.spec.precision import KvFormat, WeightFormat
 
 
 def fits(setup: decode.Setup, context: ArrayLike, batch: ArrayLike = 1) -> np.ndarray:

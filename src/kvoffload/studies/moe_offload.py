@@ -19,13 +19,13 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from kvoffload.engines.scenario import parse_scenario, predict
+from kvoffload.inputs.errors import InputError
+from kvoffload.inputs.models import Model
+from kvoffload.inputs.precision import WeightFormat
+from kvoffload.inputs.text import markdown_text
+from kvoffload.inputs.units import format_number
 from kvoffload.model import capacity, decode, routing, tensor_groups, transfer
 from kvoffload.model.prediction import Scenario
-from kvoffload.spec.errors import InputError
-from kvoffload.spec.models import Model
-from kvoffload.spec.precision import WeightFormat
-from kvoffload.spec.text import markdown_text
-from kvoffload.spec.units import format_number
 
 # The formats tried for "a smaller format on the GPU", largest first; mxfp4 only where the model
 # ships its experts in MXFP4 (gpt-oss), since requantising another model to it is not the usual path.

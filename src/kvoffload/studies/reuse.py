@@ -19,14 +19,14 @@ import pandas as pd
 from msgspec.structs import replace
 
 from kvoffload.engines.registry import ENGINES
+from kvoffload.inputs.figures import Figure, Kind
+from kvoffload.inputs.hardware import System, build_part
+from kvoffload.inputs.models import Model, load_model
+from kvoffload.inputs.units import Dim, format_bandwidth, format_bytes, format_number
 from kvoffload.model import capacity, decode, lru, reuse
 from kvoffload.model.decode import Setup
 from kvoffload.model.prediction import Scenario
 from kvoffload.model.reuse import Reload
-from kvoffload.spec.figures import Figure, Kind
-from kvoffload.spec.hardware import System, build_part
-from kvoffload.spec.models import Model, load_model
-from kvoffload.spec.units import Dim, format_bandwidth, format_bytes, format_number
 from kvoffload.studies.beyond import with_link
 from kvoffload.studies.chapter_answers import Answer
 

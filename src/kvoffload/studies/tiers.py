@@ -7,12 +7,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from kvoffload.inputs import catalog
+from kvoffload.inputs.figures import Figure
+from kvoffload.inputs.hardware import System
+from kvoffload.inputs.models import Model
+from kvoffload.inputs.units import format_bytes
 from kvoffload.model import kv, transfer
-from kvoffload.spec import catalog
-from kvoffload.spec.figures import Figure
-from kvoffload.spec.hardware import System
-from kvoffload.spec.models import Model
-from kvoffload.spec.units import format_bytes
 
 
 def tier_rates(system: System) -> pd.DataFrame:

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 
 from kvoffload.engines.scenario import parse_scenario, predict
+from kvoffload.inputs import catalog
+from kvoffload.inputs.units import format_bytes
 from kvoffload.model.prediction import shortfalls
-from kvoffload.spec import catalog
-from kvoffload.spec.units import format_bytes
 
 ROLES = ("calibration", "check")
 

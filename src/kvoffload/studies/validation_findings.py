@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from kvoffload.spec.hardware import System, load_system
+from kvoffload.inputs.hardware import System, load_system
 from kvoffload.studies import validation
 
 T4_TABLE = "flexgen-t4"

@@ -16,11 +16,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from kvoffload.inputs.hardware import System, load_system
+from kvoffload.inputs.models import Model, load_model
+from kvoffload.inputs.precision import kv_format, weight_format
+from kvoffload.inputs.units import format_bytes
 from kvoffload.model import decode, kv
-from kvoffload.spec.hardware import System, load_system
-from kvoffload.spec.models import Model, load_model
-from kvoffload.spec.precision import kv_format, weight_format
-from kvoffload.spec.units import format_bytes
 from kvoffload.studies import decode_budget, decode_step, engines_compared, fit_marks, memory_fit
 
 BUDGET_MS = 50.0  # the article's interactive TPOT budget (ms per token)

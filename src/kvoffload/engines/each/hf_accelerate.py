@@ -37,15 +37,15 @@ from msgspec import UnsetType
 
 from kvoffload.engines.layer_streaming import PINNED, TIER, copies_pinned
 from kvoffload.engines.spec import EngineSpec
+from kvoffload.inputs.errors import FieldError, InputError
+from kvoffload.inputs.hardware import System
+from kvoffload.inputs.models import Model
+from kvoffload.inputs.precision import WeightFormat
+from kvoffload.inputs.text import Strict
+from kvoffload.inputs.units import Dim, UnitError, format_bytes, parse_quantity
 from kvoffload.model import decode, kv
 from kvoffload.model.prediction import Prediction, Scenario, predict_setup
 from kvoffload.model.transfer import peer_time
-from kvoffload.spec.errors import FieldError, InputError
-from kvoffload.spec.hardware import System
-from kvoffload.spec.models import Model
-from kvoffload.spec.precision import WeightFormat
-from kvoffload.spec.text import Strict
-from kvoffload.spec.units import Dim, UnitError, format_bytes, parse_quantity
 
 
 def _size(v: str) -> float:

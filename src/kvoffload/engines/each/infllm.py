@@ -20,11 +20,11 @@ import numpy as np
 from msgspec import Meta
 
 from kvoffload.engines.spec import EngineSpec
+from kvoffload.inputs.errors import InputError
+from kvoffload.inputs.limits import MAX_CONTEXT_TOKENS
+from kvoffload.inputs.text import Strict
 from kvoffload.model import decode, kv
 from kvoffload.model.prediction import Prediction, Scenario, predict_setup
-from kvoffload.spec.errors import InputError
-from kvoffload.spec.limits import MAX_CONTEXT_TOKENS
-from kvoffload.spec.text import Strict
 
 
 class Options(Strict):

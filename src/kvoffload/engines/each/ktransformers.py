@@ -41,12 +41,12 @@ import numpy as np
 from msgspec import Meta
 
 from kvoffload.engines.spec import EngineSpec
+from kvoffload.inputs import catalog
+from kvoffload.inputs.errors import FieldError, InputError
+from kvoffload.inputs.precision import WeightFormat
+from kvoffload.inputs.text import Strict
 from kvoffload.model import cpu_rate, decode, kv, routing, tensor_groups
 from kvoffload.model.prediction import Prediction, Resolved, Scenario
-from kvoffload.spec import catalog
-from kvoffload.spec.errors import FieldError, InputError
-from kvoffload.spec.precision import WeightFormat
-from kvoffload.spec.text import Strict
 
 # the optimize rules shipped in optimize/optimize_rules/ and the expert backend each one names
 RULES = {

@@ -35,12 +35,12 @@ from msgspec import Meta
 from kvoffload.engines import prefix_cache
 from kvoffload.engines.prefix_cache import BlockTokens
 from kvoffload.engines.spec import CacheRule, EngineSpec, PrefixCache
+from kvoffload.inputs.errors import InputError
+from kvoffload.inputs.limits import MAX_PARAMS
+from kvoffload.inputs.text import Strict
+from kvoffload.inputs.units import format_bytes
 from kvoffload.model import decode, reuse
 from kvoffload.model.prediction import Prediction, Scenario, predict_setup
-from kvoffload.spec.errors import InputError
-from kvoffload.spec.limits import MAX_PARAMS
-from kvoffload.spec.text import Strict
-from kvoffload.spec.units import format_bytes
 
 GB = 10**9
 MAX_HOST_GB = MAX_PARAMS * 4 // GB  # the largest plausible model's fp32 weights, 4.5 PB

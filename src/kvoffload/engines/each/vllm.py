@@ -54,15 +54,15 @@ from msgspec import Meta
 from kvoffload.engines import prefix_cache
 from kvoffload.engines.prefix_cache import BlockTokens
 from kvoffload.engines.spec import CacheRule, EngineSpec, PrefixCache
+from kvoffload.inputs.errors import InputError
+from kvoffload.inputs.hardware import System
+from kvoffload.inputs.limits import MAX_PARAMS
+from kvoffload.inputs.models import Model
+from kvoffload.inputs.precision import WeightFormat
+from kvoffload.inputs.text import Strict
 from kvoffload.model import decode, kv, reuse
 from kvoffload.model.prediction import Prediction, Scenario, predict_setup
 from kvoffload.model.transfer import link_time, peer_time
-from kvoffload.spec.errors import InputError
-from kvoffload.spec.hardware import System
-from kvoffload.spec.limits import MAX_PARAMS
-from kvoffload.spec.models import Model
-from kvoffload.spec.precision import WeightFormat
-from kvoffload.spec.text import Strict
 
 GiB = 2**30
 # the most GiB of host memory an option may give: the largest plausible model's weights at fp32

@@ -25,12 +25,12 @@ from msgspec import UnsetType
 
 from kvoffload.engines.layer_streaming import PINNED, TIER, copies_pinned
 from kvoffload.engines.spec import EngineSpec
+from kvoffload.inputs.errors import InputError
+from kvoffload.inputs.precision import KvFormat, WeightFormat
+from kvoffload.inputs.text import Strict
 from kvoffload.model import decode, kv
 from kvoffload.model.prediction import Prediction, Scenario, predict_setup
 from kvoffload.model.transfer import peer_time
-from kvoffload.spec.errors import InputError
-from kvoffload.spec.precision import KvFormat, WeightFormat
-from kvoffload.spec.text import Strict
 
 
 class Options(Strict):

@@ -7,12 +7,12 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
+from kvoffload.inputs.models import Model
 from kvoffload.model import working_memory
 from kvoffload.model.decode.kv_bytes import _kv_class_bytes, _kv_total
 from kvoffload.model.decode.layer_classes import layers, resident_weight_bytes
 from kvoffload.model.decode.placement import Setup
 from kvoffload.model.decode.traffic import staged_weight_bytes
-from kvoffload.spec.models import Model
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
+from kvoffload.inputs.models import Model
+from kvoffload.inputs.precision import KvFormat
 from kvoffload.model import kv
 from kvoffload.model.decode.layer_classes import Layers
 from kvoffload.model.decode.placement import Setup
-from kvoffload.spec.models import Model
-from kvoffload.spec.precision import KvFormat
 
 
 def _kv_token_bytes(model: Model, fmt: KvFormat) -> float:

@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from kvoffload.inputs.models import Model
+from kvoffload.inputs.precision import WeightFormat
 from kvoffload.model import tensor_groups
-from kvoffload.spec.models import Model
-from kvoffload.spec.precision import WeightFormat
 
 _MEMO_ENTRIES = 256  # Layers.derived keeps at most this many keys per Layers, then starts over
 

@@ -7,6 +7,7 @@ from dataclasses import replace
 import numpy as np
 from numpy.typing import ArrayLike
 
+from kvoffload.inputs.limits import MAX_CONTEXT_TOKENS
 from kvoffload.model import capacity
 from kvoffload.model.decode.footprint import memory
 from kvoffload.model.decode.kv_bytes import _kv_token_bytes
@@ -17,7 +18,6 @@ from kvoffload.model.decode.streams import stream_times
 from kvoffload.model.decode.traffic import weight_traffic
 from kvoffload.model.search import largest_true
 from kvoffload.model.transfer import link_time
-from kvoffload.spec.limits import MAX_CONTEXT_TOKENS
 
 
 def hidden_tokens(setup: Setup, context: ArrayLike, batch: ArrayLike = 1) -> np.ndarray:

@@ -6,11 +6,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from kvoffload.inputs.hardware import System
+from kvoffload.inputs.models import Model
+from kvoffload.inputs.precision import KvFormat, WeightFormat
 from kvoffload.model import tensor_groups
 from kvoffload.model.routing import Routing
-from kvoffload.spec.hardware import System
-from kvoffload.spec.models import Model
-from kvoffload.spec.precision import KvFormat, WeightFormat
 
 OVERLAP_MODES = ("none", "perfect", "pipeline", "flexgen")
 

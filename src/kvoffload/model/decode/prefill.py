@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
+from kvoffload.inputs.models import Model
+from kvoffload.inputs.precision import WeightFormat
 from kvoffload.model.decode.kv_bytes import _kv_total
 from kvoffload.model.decode.layer_classes import layers, step_weight_bytes
 from kvoffload.model.decode.placement import Setup
-from kvoffload.spec.models import Model
-from kvoffload.spec.precision import WeightFormat
 
 
 def _attended(s: np.ndarray, w: np.ndarray) -> np.ndarray:

@@ -1,6 +1,6 @@
 /*
  * The calculator page's form: its controls, the machine's figures in the fields, the inputs read
- * and checked (each problem a sentence, with spec/hardware.py's ranges), the reuse question's
+ * and checked (each problem a sentence, with inputs/hardware.py's ranges), the reuse question's
  * inputs, the engine's fields (llama.cpp's options, the context as 131072, 128K or 1M), and the
  * setup the step model evaluates. Exposes window.KvoForm.create(data, model), model being
  * KvoModel.create(data).
@@ -152,7 +152,7 @@
         }
         figures[f.key] = value;
       }
-      // spec/hardware.py's checks between figures
+      // inputs/hardware.py's checks between figures
       if (figures.attention_bandwidth > figures.gpu_bandwidth * data.attention_slack) {
         problems.push("The attention read rate may not exceed the GPU memory bandwidth.");
       }

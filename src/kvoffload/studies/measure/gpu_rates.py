@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kvoffload.spec.hardware import Gpu, Link
-from kvoffload.spec.units import format_bytes, format_seconds
+from kvoffload.inputs.hardware import Gpu, Link
+from kvoffload.inputs.units import format_bytes, format_seconds
 from kvoffload.studies.measure.plan import (
     Plan,
     Report,

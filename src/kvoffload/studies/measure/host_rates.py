@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from kvoffload.spec.hardware import Host
-from kvoffload.spec.units import format_bytes
+from kvoffload.inputs.hardware import Host
+from kvoffload.inputs.units import format_bytes
 from kvoffload.studies.measure.plan import Plan, Report, figure_key, gbps, measured_figure
 
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvoffload import __version__
-from kvoffload.spec.errors import one_line
-from kvoffload.spec.hardware import PART_MODELS, Part
-from kvoffload.spec.text import NOTE_CHARS
+from kvoffload.inputs.errors import one_line
+from kvoffload.inputs.hardware import PART_MODELS, Part
+from kvoffload.inputs.text import NOTE_CHARS
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
@@ -76,7 +76,7 @@ def plain_note(text: object, limit: int = NOTE_CHARS) -> str:
     """Return ``text`` (an error's message, a path) as one line of plain text of ``limit`` chars.
 
     A skip reason or note built from an exception may span lines or hold control characters,
-    which the profile's own schema (spec/text.py) refuses: whitespace is collapsed, anything
+    which the profile's own schema (inputs/text.py) refuses: whitespace is collapsed, anything
     unprintable escaped, and the text shortened.
     """
     line = one_line(" ".join(str(text).split())) or ""

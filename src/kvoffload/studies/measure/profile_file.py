@@ -14,12 +14,12 @@ from typing import Any
 import msgspec
 import yaml
 
-from kvoffload.spec import catalog
-from kvoffload.spec.errors import InputError
-from kvoffload.spec.hardware import PART_MODELS, build_system
-from kvoffload.spec.inputs import check_writable
-from kvoffload.spec.limits import MAX_NAME_BYTES
-from kvoffload.spec.text import NAME_CHARS
+from kvoffload.inputs import catalog
+from kvoffload.inputs.errors import InputError
+from kvoffload.inputs.files import check_writable
+from kvoffload.inputs.hardware import PART_MODELS, build_system
+from kvoffload.inputs.limits import MAX_NAME_BYTES
+from kvoffload.inputs.text import NAME_CHARS
 from kvoffload.studies.measure.plan import Report, plain_note
 
 PROFILE_MODE = 0o644  # a profile is shared like any config file (less where the umask says so)

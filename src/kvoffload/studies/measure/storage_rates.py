@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kvoffload.spec.hardware import Storage
-from kvoffload.spec.units import format_bytes, format_seconds
+from kvoffload.inputs.hardware import Storage
+from kvoffload.inputs.units import format_bytes, format_seconds
 from kvoffload.studies.measure.plan import MiB, Plan, Report, figure_key, gbps, measured_figure
 
 SCRATCH_PREFIX = ".kvoffload-measure-"  # the storage test's scratch file, removed on every exit

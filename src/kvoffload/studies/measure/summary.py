@@ -6,9 +6,9 @@ from typing import Any
 
 import numpy as np
 
-from kvoffload.spec import catalog
-from kvoffload.spec.hardware import load_system
-from kvoffload.spec.units import format_bandwidth, format_bytes
+from kvoffload.inputs import catalog
+from kvoffload.inputs.hardware import load_system
+from kvoffload.inputs.units import format_bandwidth, format_bytes
 from kvoffload.studies.measure.plan import Report
 
 

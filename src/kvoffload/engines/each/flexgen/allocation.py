@@ -18,10 +18,10 @@ from functools import cache
 import numpy as np
 
 from kvoffload.engines.each.flexgen.policy import COMPRESSED, SHARE_EPS, Costs, Options, Policies
+from kvoffload.inputs.models import Model
+from kvoffload.inputs.precision import WeightFormat
 from kvoffload.model import capacity, decode, kv, working_memory
 from kvoffload.model.prediction import Scenario
-from kvoffload.spec.models import Model
-from kvoffload.spec.precision import WeightFormat
 
 ALPHA_G = 0.8  # cost_model.py: alpha_g = 0.8 (L43); gmem = config.gmem * alpha_g (L96)
 _MLP_ROLES = ("ffn_", "exp_", "shexp_", "router")

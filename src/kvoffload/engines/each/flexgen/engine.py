@@ -11,10 +11,10 @@ from kvoffload.engines.each.flexgen.cost_model import cost
 from kvoffload.engines.each.flexgen.policy import Options, Policies, given_policy, pin_weight
 from kvoffload.engines.each.flexgen.policy_search import policies, search
 from kvoffload.engines.spec import EngineSpec
+from kvoffload.inputs.errors import InputError
+from kvoffload.inputs.units import format_bytes, format_number
 from kvoffload.model import decode
 from kvoffload.model.prediction import Prediction, Resolved, Scenario
-from kvoffload.spec.errors import InputError
-from kvoffload.spec.units import format_bytes, format_number
 
 
 def _describe(pol: Policies, i: int) -> str:

@@ -9,11 +9,11 @@ import msgspec
 import numpy as np
 from msgspec import UNSET, Meta, UnsetType
 
+from kvoffload.inputs import catalog
+from kvoffload.inputs.errors import FieldError
+from kvoffload.inputs.limits import MAX_BATCH
+from kvoffload.inputs.text import Strict
 from kvoffload.model.prediction import Scenario
-from kvoffload.spec import catalog
-from kvoffload.spec.errors import FieldError
-from kvoffload.spec.limits import MAX_BATCH
-from kvoffload.spec.text import Strict
 
 # shares are compared with FlexGen's percentages; float noise must not move a tensor
 SHARE_EPS = 1e-9

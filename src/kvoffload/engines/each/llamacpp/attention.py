@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from kvoffload.engines.each.llamacpp.options import constants
 from kvoffload.engines.each.llamacpp.placement import host_read_rate
+from kvoffload.inputs.precision import KvFormat, WeightFormat, kv_vector_bytes
 from kvoffload.model import cpu_rate
 from kvoffload.model.prediction import Scenario
-from kvoffload.spec.precision import KvFormat, WeightFormat, kv_vector_bytes
 
 # the ggml block formats of llama.cpp's KV cache (--cache-type-k/v), each read by the vector kernel
 BLOCK_FORMATS = (KvFormat.Q8_0, KvFormat.Q4_0, KvFormat.Q4_1, KvFormat.Q5_0, KvFormat.Q5_1)

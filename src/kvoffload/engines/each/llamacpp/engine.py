@@ -18,9 +18,9 @@ from kvoffload.engines.each.llamacpp.placement import (
 from kvoffload.engines.each.llamacpp.step import _step_parts_at
 from kvoffload.engines.llamacpp_prompt_cache import cache_rule
 from kvoffload.engines.spec import EngineSpec, PrefixCache
+from kvoffload.inputs.units import format_bytes
 from kvoffload.model import decode, kv, tensor_groups
 from kvoffload.model.prediction import Prediction, Resolved, Scenario
-from kvoffload.spec.units import format_bytes
 
 
 def _shares(on_gpu: float, on_cpu: float) -> decode.Split:

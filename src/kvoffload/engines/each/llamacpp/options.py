@@ -9,10 +9,10 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from kvoffload.spec import catalog
-from kvoffload.spec.errors import FieldError
-from kvoffload.spec.limits import MAX_LAYERS
-from kvoffload.spec.text import Strict
+from kvoffload.inputs import catalog
+from kvoffload.inputs.errors import FieldError
+from kvoffload.inputs.limits import MAX_LAYERS
+from kvoffload.inputs.text import Strict
 
 
 @cache

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from kvoffload.engines.each.llamacpp.options import Options, _parse_rule
+from kvoffload.inputs.units import format_bytes
 from kvoffload.model import capacity, cpu_rate, decode, routing, tensor_groups
 from kvoffload.model.prediction import Scenario
 from kvoffload.model.tensor_groups import TensorTable
-from kvoffload.spec.units import format_bytes
 
 
 def placement(sc: Scenario) -> tuple[int, np.ndarray]:

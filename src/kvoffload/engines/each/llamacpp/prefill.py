@@ -28,10 +28,10 @@ import numpy as np
 
 from kvoffload.engines.each.llamacpp.options import mmq_share_default
 from kvoffload.engines.each.llamacpp.placement import cpu_weight_rate
+from kvoffload.inputs.precision import WeightFormat
 from kvoffload.model import decode, routing
 from kvoffload.model.prediction import Scenario
 from kvoffload.model.tensor_groups import TensorTable
-from kvoffload.spec.precision import WeightFormat
 
 OFFLOAD_MIN_BATCH = 32  # ggml-cuda.cu: op_offload_min_batch_size without GGML_OP_OFFLOAD_MIN_BATCH
 

@@ -1,0 +1,474 @@
+"""System profiles: the schema of each part, composition of catalog parts with overrides."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import Annotated, Any, ClassVar
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+
+from kvoffload.inputs import catalog, detect
+from kvoffload.inputs.errors import InputError
+from kvoffload.inputs.figures import Figure, FigureField, parse_figures
+from kvoffload.inputs.files import check_path, display_name, load_mapping, stat_mode
+from kvoffload.inputs.text import (
+    NAME_CHARS,
+    NOTE_CHARS,
+    PlainName,
+    PlainText,
+    Strict,
+    plain_text,
+    validate,
+)
+from kvoffload.inputs.units import Dim, format_quantity
+
+# Plausible ranges: wide enough for any real machine, narrow enough to catch slips of unit.
+Capacity = FigureField(Dim.BYTES, 1e8, 1e15)
+DiskCapacity = FigureField(Dim.BYTES, 1e9, 1e16)
+DeviceBandwidth = FigureField(Dim.BANDWIDTH, 1e9, 1e14)
+LinkBandwidth = FigureField(Dim.BANDWIDTH, 1e7, 1e13)
+FlopRate = FigureField(Dim.FLOP_RATE, 1e9, 1e18)
+Latency = FigureField(Dim.TIME, 1e-9, 1.0, allow_zero=True)
+Iops = FigureField(Dim.RATE, 1.0, 1e9)
+Efficiency = FigureField(Dim.FRACTION, 0.01, 1.0)
+Count = Annotated[int, Meta(ge=1, le=4096)]  # cores or threads
+ReservedMemory = FigureField(Dim.BYTES, 1e8, 1e14, allow_zero=True)
+CrossSocketBandwidth = FigureField(Dim.BANDWIDTH, 1e9, 1e12)  # UPI / xGMI: GB/s to a TB/s
+
+
+class Part(Strict):
+    """A hardware part as a profile gives it: text stripped, figures read by ``build_part``."""
+
+    strip_text: ClassVar[bool] = True
+
+
+class Gpu(Part, kw_only=True):
+    """An accelerator: memory, memory bandwidth and dense tensor FLOP rates."""
+
+    name: PlainName
+    interface: PlainName | None = None
+    memory: Capacity
+    memory_bandwidth: DeviceBandwidth
+    memory_bandwidth_achievable: DeviceBandwidth | None = None
+    flops_bf16: FlopRate
+    flops_fp8: FlopRate | None = None
+    flops_int8: FlopRate | None = None
+    compute_efficiency: Efficiency | None = None  # share of the dense peak that GEMMs reach
+    # the rate at which decode attention reads the KV cache, where measured below the memory's
+    attention_bandwidth: DeviceBandwidth | None = None
+    count: Annotated[int, Meta(ge=1, le=64)] = 1
+
+    def __post_init__(self) -> None:
+        """Check the text, then that achievable rates stay below the peak."""
+        super().__post_init__()
+        _not_above(self, "memory_bandwidth_achievable", "memory_bandwidth", slack=1.02)
+        _not_above(self, "attention_bandwidth", "memory_bandwidth", slack=1.02)
+
+    @property
+    def streaming_bandwidth(self) -> float:
+        """Return the rate (B/s) at which kernels stream GPU memory: measured if known, else spec."""
+        return (self.memory_bandwidth_achievable or self.memory_bandwidth).value
+
+    @property
+    def attention_rate(self) -> float:
+        """Return the rate (B/s) at which decode attention reads the KV cache."""
+        return (
+            self.attention_bandwidth.value if self.attention_bandwidth else self.streaming_bandwidth
+        )
+
+
+class Link(Part, kw_only=True):
+    """The host-GPU link: raw and achievable per-direction rates, per-transfer latency."""
+
+    name: PlainName
+    raw_bandwidth: LinkBandwidth
+    h2d_bandwidth: LinkBandwidth
+    d2h_bandwidth: LinkBandwidth
+    pageable_bandwidth: LinkBandwidth | None = None
+    latency: Latency
+
+    def __post_init__(self) -> None:
+        """Check the text, then that achievable rates stay below the raw rate."""
+        super().__post_init__()
+        for name in ("h2d_bandwidth", "d2h_bandwidth", "pageable_bandwidth"):
+            _not_above(self, name, "raw_bandwidth")
+        _not_above(self, "pageable_bandwidth", "h2d_bandwidth")
+
+
+# What a host keeps from processes where its profile gives no ``memory_reserved`` (assumed): the
+# kernel's page descriptors (Linux's struct page, 64 B per 4 KiB page: 1/64 of the memory, never
+# free) plus 4 GiB for the OS, its services and the page cache's floor (min_free_kbytes, the
+# file pages of running programs); a 64 GB machine keeps 5 GB, a 1.5 TB one 28 GB.
+RESERVED_BASE_BYTES = 4 * 2**30
+RESERVED_SHARE = 1 / 64
+
+
+class Host(Part, kw_only=True):
+    """The CPU side: DRAM capacity and bandwidth, sockets, CPU FLOP rate."""
+
+    name: PlainName
+    memory: Capacity
+    # the whole machine's achievable read rate: every socket reading its own DRAM
+    memory_bandwidth: LinkBandwidth
+    memory_bandwidth_peak: LinkBandwidth | None = None
+    # host memory the OS keeps from processes; default: RESERVED_BASE_BYTES + RESERVED_SHARE
+    memory_reserved: ReservedMemory | None = None
+    flops: FlopRate
+    cores: Count | None = None  # every socket's
+    # cores that run matmul threads at full speed (P-cores of a hybrid CPU); default: cores
+    performance_cores: Count | None = None
+    # threads CPU-side matmuls use (llama.cpp -t); default: the performance cores
+    threads: Count | None = None
+    # CPU sockets, each with its own DRAM (a NUMA node): memory and cores split evenly over them
+    sockets: Annotated[int, Meta(ge=1, le=8)] = 1
+    # the achievable rate at which one socket reads another's DRAM, per direction (UPI, xGMI)
+    cross_socket_bandwidth: CrossSocketBandwidth | None = None
+
+    @property
+    def matmul_threads(self) -> int | None:
+        """Return the threads CPU-side matmuls run on: ``threads``, else the performance cores."""
+        return self.threads or self.performance_cores or self.cores
+
+    @property
+    def socket_bandwidth(self) -> float:
+        """Return one socket's achievable read rate of its own DRAM (B/s)."""
+        return self.memory_bandwidth.value / self.sockets
+
+    @property
+    def reserved_memory(self) -> float:
+        """Return the bytes of host memory the OS keeps from processes: the figure, or the default."""
+        if self.memory_reserved is not None:
+            return self.memory_reserved.value
+        return RESERVED_BASE_BYTES + RESERVED_SHARE * self.memory.value
+
+    def __post_init__(self) -> None:
+        """Check the text, that the achievable rate stays below the peak, and the socket link."""
+        super().__post_init__()
+        _not_above(self, "memory_bandwidth", "memory_bandwidth_peak")
+        if self.sockets == 1 and self.cross_socket_bandwidth is not None:
+            raise ValueError("cross_socket_bandwidth needs sockets: 2 or more")
+
+
+class Storage(Part, kw_only=True):
+    """An SSD or array: sequential rates, small-read latency and peak random-read IOPS."""
+
+    name: PlainName
+    read_bandwidth: LinkBandwidth
+    write_bandwidth: LinkBandwidth
+    read_latency: Latency
+    random_read_iops: Iops | None = None
+    capacity: DiskCapacity | None = None
+
+
+PART_MODELS: dict[str, type[Part]] = {
+    "gpu": Gpu,
+    "link": Link,
+    "host": Host,
+    "storage": Storage,
+}
+
+
+# -- measurements: the raw tables `kvoffload measure` keeps; reports read them, the model does not
+# Bounded on both sides, so no row holds an infinity or a NaN.
+GbPerS = Annotated[float, Meta(gt=0, le=1e4)]  # GB/s: up to 10 TB/s, a GPU's own memory
+MAX_ROWS = 10_000  # rows per table: a full `measure` writes a few dozen
+
+
+class HostMemoryRow(Strict):
+    """One host-memory test: read or copy, on some threads."""
+
+    test: PlainName
+    threads: Count
+    gb_s: GbPerS
+
+
+class RandomReadRow(Strict):
+    """Random reads of one request size at one queue depth, and their share of sequential."""
+
+    request_bytes: Annotated[int, Meta(ge=512, le=2**34)]
+    queue_depth: Annotated[int, Meta(ge=1, le=65_536)]
+    gb_s: GbPerS
+    share_of_sequential: Annotated[float, Meta(gt=0, le=100)]  # above 1 only through a cache
+
+
+class GpuCopyRow(Strict):
+    """Host-to-device and device-to-host copies of one size, pinned or pageable."""
+
+    bytes: Annotated[int, Meta(ge=1, le=2**44)]
+    pinned: bool
+    h2d_gb_s: GbPerS
+    d2h_gb_s: GbPerS
+
+
+class AttentionStepRow(Strict):
+    """One attention step's time with the cache placed one way."""
+
+    placement: PlainName
+    ms: Annotated[float, Meta(gt=0, le=1e7)]
+    layers: Annotated[int, Meta(ge=1, le=10_000)]
+    tokens: Annotated[int, Meta(ge=1, le=10**8)]
+
+
+# Fields not given stay UNSET, so the block reads back holding only what the file gave.
+class MeasurementTables(Strict):
+    """The tables of a measured profile, each a list of rows of one shape."""
+
+    host_memory: Annotated[list[HostMemoryRow], Meta(max_length=MAX_ROWS)] | UnsetType = UNSET
+    storage_random_reads: Annotated[list[RandomReadRow], Meta(max_length=MAX_ROWS)] | UnsetType = (
+        UNSET
+    )
+    gpu_copies: Annotated[list[GpuCopyRow], Meta(max_length=MAX_ROWS)] | UnsetType = UNSET
+    gpu_attention_step: Annotated[list[AttentionStepRow], Meta(max_length=MAX_ROWS)] | UnsetType = (
+        UNSET
+    )
+
+
+class Measurements(Strict):
+    """A profile's ``measurements:`` block: raw tables, what was skipped and why, notes."""
+
+    tables: MeasurementTables | UnsetType = UNSET
+    skipped: Annotated[list[PlainText], Meta(max_length=100)] | UnsetType = UNSET
+    notes: Annotated[list[PlainText], Meta(max_length=100)] | UnsetType = UNSET
+
+
+def build_measurements(raw: Any) -> dict[str, Any]:
+    """Validate a ``measurements:`` block; return it as plain data, holding only what it gave."""
+    try:
+        measurements = validate(raw, Measurements, unknown=_unknown_field)
+    except InputError as exc:
+        raise exc.within(field="measurements") from None
+    return msgspec.to_builtins(measurements)
+
+
+def _not_above(part: Part, name: str, limit: str, slack: float = 1.0) -> None:
+    a, b = getattr(part, name), getattr(part, limit)
+    if a is not None and b is not None and a.value > b.value * slack:
+        raise ValueError(
+            f"{name} {format_quantity(a.value, a.dim)} exceeds {limit} "
+            f"{format_quantity(b.value, b.dim)}"
+        )
+
+
+class System(Strict, kw_only=True):
+    """A whole machine: one GPU type (times count), its link, the host and storage."""
+
+    id: str
+    name: PlainName
+    description: PlainText = ""
+    origin: str  # 'catalog' or the file it was read from
+    gpu: Gpu
+    link: Link
+    host: Host
+    storage: Storage
+    # tables kept by `kvoffload measure`; reports read them, the model does not
+    measurements: dict = msgspec.field(default_factory=dict)
+
+    # -- capacity and rates: the one place the model reads them from ----------------------------
+    @property
+    def gpu_memory(self) -> float:
+        """Return the GPU memory of the whole machine in bytes: one GPU's times ``gpu.count``."""
+        return self.gpu.memory.value * self.gpu.count
+
+    @property
+    def host_memory(self) -> float:
+        """Return the host memory in bytes."""
+        return self.host.memory.value
+
+    @property
+    def disk_capacity(self) -> float | None:
+        """Return the storage capacity in bytes, or None when the profile does not bound it."""
+        return self.storage.capacity.value if self.storage.capacity is not None else None
+
+    @property
+    def compute_rate(self) -> float:
+        """Return one GPU's dense bf16 rate that GEMMs reach (FLOP/s): peak x compute_efficiency."""
+        eff = self.gpu.compute_efficiency.value if self.gpu.compute_efficiency else 1.0
+        return self.gpu.flops_bf16.value * eff
+
+    def link_rate(self, direction: str = "h2d", *, pinned: bool = True) -> float:
+        """Return the link's achievable rate (B/s) for 'h2d' or 'd2h', pinned or pageable."""
+        if direction not in ("h2d", "d2h"):
+            raise ValueError(f"direction must be 'h2d' or 'd2h', got {direction!r}")
+        link = self.link
+        pinned_rate = (link.h2d_bandwidth if direction == "h2d" else link.d2h_bandwidth).value
+        if pinned:
+            return pinned_rate
+        if link.pageable_bandwidth is None:
+            raise InputError(
+                "this profile gives no rate for pageable memory", field="link.pageable_bandwidth"
+            )
+        return min(link.pageable_bandwidth.value, pinned_rate)
+
+    def copy_rate(self, direction: str = "h2d", *, pinned: bool = True) -> float:
+        """Return the host<->GPU copy rate (B/s): the link or host DRAM, whichever is slower."""
+        return min(self.link_rate(direction, pinned=pinned), self.host.memory_bandwidth.value)
+
+    def figures(self) -> dict[str, Figure]:
+        """Return every quantity as 'part.field' -> Figure."""
+        out: dict[str, Figure] = {}
+        for kind in catalog.PART_KINDS:
+            part = getattr(self, kind)
+            for name in part.__struct_fields__:
+                value = getattr(part, name)
+                if isinstance(value, Figure):
+                    out[f"{kind}.{name}"] = value
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the resolved profile: every quantity with its kind and source."""
+        registry = catalog.sources()
+        out: dict[str, Any] = {
+            "id": self.id,
+            "name": self.name,
+            "description": self.description,
+            "origin": self.origin,
+        }
+        for kind in catalog.PART_KINDS:
+            part = getattr(self, kind)
+            entry: dict[str, Any] = {}
+            for name in part.__struct_fields__:
+                value = getattr(part, name)
+                if isinstance(value, Figure):
+                    entry[name] = value.to_json(registry)
+                elif value is not None:
+                    entry[name] = value
+            out[kind] = entry
+        return out
+
+
+_ID = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")
+_SYSTEM_KEYS = {"id", "name", "description", "base", "measurements", *catalog.PART_KINDS}
+
+
+def _unknown_field(key: str, known: list[str]) -> str:
+    """Return the problem of an unknown key: the field it may misspell, and the fields known."""
+    close = difflib.get_close_matches(key, known, n=1)
+    said = f"unknown field; did you mean {close[0]!r}?" if close else "unknown field"
+    return f"{said} (fields: {', '.join(known)})"
+
+
+def build_part(kind: str, raw: Any, inherited: dict | None = None) -> Part:
+    """Validate one part given as a catalog id, or a mapping with optional 'base' overrides."""
+    table = catalog.parts(kind)
+    if isinstance(raw, str):
+        if raw not in table:
+            raise catalog.unknown_id(kind, raw, table).within(field=kind)
+        merged = dict(table[raw])
+    elif isinstance(raw, dict):
+        base = raw.get("base")
+        if base is not None:
+            if not isinstance(base, str) or base not in table:
+                raise catalog.unknown_id(kind, str(base), table).within(field=f"{kind}.base")
+            merged = {**table[base], **{k: v for k, v in raw.items() if k != "base"}}
+        else:
+            merged = {**(inherited or {}), **raw}
+    else:
+        raise InputError("must be a catalog id or a mapping of fields", field=kind)
+    schema = PART_MODELS[kind]
+    try:
+        return validate(parse_figures(schema, merged), schema, unknown=_unknown_field)
+    except InputError as exc:
+        raise exc.within(field=kind) from None
+
+
+def _raw_part(kind: str, raw: Any) -> dict:
+    """Return a part reference as a flat mapping of fields (for inheritance from a base)."""
+    table = catalog.parts(kind)
+    if isinstance(raw, str):
+        return dict(table.get(raw, {}))
+    if isinstance(raw, dict) and isinstance(raw.get("base"), str):
+        return {**table.get(raw["base"], {}), **{k: v for k, v in raw.items() if k != "base"}}
+    return dict(raw) if isinstance(raw, dict) else {}
+
+
+def build_system(raw: Any, *, ident: str, origin: str) -> System:
+    """Validate a whole profile mapping (parts by id or mapping, optional base system)."""
+    if not isinstance(raw, dict):
+        raise InputError("a profile must be a mapping")
+    for key in raw:
+        if key not in _SYSTEM_KEYS:
+            close = difflib.get_close_matches(str(key), sorted(_SYSTEM_KEYS), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise InputError(
+                f"unknown field; {hint}(fields: {', '.join(sorted(_SYSTEM_KEYS))})", field=str(key)
+            )
+    base_raw: dict = {}
+    if "base" in raw:
+        base_id = raw["base"]
+        table = catalog.systems()
+        if not isinstance(base_id, str) or base_id not in table:
+            raise catalog.unknown_id("system", str(base_id), table).within(field="base")
+        base_raw = table[base_id]
+    sid = raw.get("id", ident)
+    if not isinstance(sid, str) or not _ID.match(sid):
+        raise InputError("must be lowercase letters, digits, '.' and '-'", field="id")
+    for key, most in (("name", NAME_CHARS), ("description", NOTE_CHARS)):
+        if key in raw:
+            plain_text(raw[key], field=key, max_chars=most)
+    built: dict[str, Any] = {}
+    for kind in catalog.PART_KINDS:
+        if kind in raw:
+            inherited = _raw_part(kind, base_raw[kind]) if kind in base_raw else None
+            built[kind] = build_part(kind, raw[kind], inherited)
+        elif kind in base_raw:
+            built[kind] = build_part(kind, base_raw[kind])
+        else:
+            raise InputError("required part is missing", field=kind)
+    measurements = raw.get("measurements", {})
+    if not isinstance(measurements, dict):
+        raise InputError("must be a mapping", field="measurements")
+    name = (raw.get("name") or "").strip() or base_raw.get("name") or sid
+    description = raw.get("description", base_raw.get("description", "")).strip()
+    return System(
+        id=sid,
+        name=plain_text(name, field="name", max_chars=NAME_CHARS),
+        description=plain_text(description, field="description", max_chars=NOTE_CHARS),
+        origin=origin,
+        measurements=build_measurements(measurements),
+        **built,
+    )
+
+
+def system_ids() -> list[str]:
+    """Return the catalog's system profile ids."""
+    return list(catalog.systems())
+
+
+def load_system(ref: str | Path | dict) -> System:
+    """Return a System from a catalog id, ``detect`` (this machine), a profile file, or a mapping."""
+    if isinstance(ref, dict):
+        return build_system(ref, ident="inline", origin="inline")
+    text = str(ref)
+    if text == detect.DETECT:  # this machine, read now: `hardware: detect`, `--hardware detect`
+        raw = detect.detect()
+        return build_system(raw, ident=raw["id"], origin="detected by kvoffload hardware detect")
+    table = catalog.systems()
+    if text in table:
+        try:
+            return build_system(table[text], ident=text, origin="catalog")
+        except InputError as exc:  # a broken catalog is a bug, but say where
+            raise exc.within(file=f"catalog systems.yaml ({text})") from None
+    try:
+        path = Path(check_path(text))
+    except InputError:  # too long to be a path, or a NUL: a path only when it looks like one
+        if "/" in text or Path(text[-8:]).suffix.lower() in _PROFILE_SUFFIXES:
+            raise
+        raise catalog.unknown_id("system", text, table) from None
+    if path.suffix.lower() in _PROFILE_SUFFIXES or stat_mode(path) is not None:
+        raw = load_mapping(path)
+        try:
+            return build_system(raw, ident=_stem_id(path), origin=str(path))
+        except InputError as exc:
+            raise exc.within(file=display_name(str(path))) from None
+    raise catalog.unknown_id("system", text, table)
+
+
+_PROFILE_SUFFIXES = {".yaml", ".yml", ".json"}
+
+
+def _stem_id(path: Path) -> str:
+    stem = re.sub(r"[^a-z0-9.\-]+", "-", path.stem.lower()).strip("-")
+    return stem or "profile"
