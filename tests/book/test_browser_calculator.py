@@ -40,7 +40,7 @@ from kvoffload.studies.calculator_data import (
     reuse_scenario_for,
     scenario_for,
 )
-from kvoffload.studies.calculator_llamacpp import host_entry
+from kvoffload.studies.calculator_llamacpp import gpu_entry, host_entry
 from tests.support.browser import ARGS, block_offhost, require_chromium, serve
 
 pytestmark = pytest.mark.slow
@@ -537,6 +537,7 @@ def test_the_llamacpp_engine_matches_kvoffload_predict_at_random_points(page):
         mine, theirs = load_system(typed.pop("hardware")), load_system(scenario["hardware"])
         assert machine_figures(mine) == machine_figures(theirs), point
         assert host_entry(mine) == host_entry(theirs), point
+        assert gpu_entry(mine) == gpu_entry(theirs), point
         assert typed == {k: v for k, v in scenario.items() if k != "hardware"}, point
         p = predict(parse_scenario(scenario), check=False)
         assert shown["error"] == "", (point, shown["error"])

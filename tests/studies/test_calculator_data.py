@@ -81,6 +81,19 @@ def test_a_machines_figures_load_back_as_the_same_machine(ident):
     assert float(mine.memory.gpu) == float(catalog.memory.gpu)
 
 
+@pytest.mark.parametrize("ident", system_ids())
+def test_a_typed_machine_keeps_llamacpps_prefill_and_decode(ident):
+    # the inline profile carries the GPU's int8 rate (MMQ prefill) and the host's figures
+    point = {"machine": ident, "figures": {}, "model": "qwen3-30b-a3b", "engine": "llamacpp",
+             "weights_format": "q4_k_m", "kv_format": "q8_0", "prompt": 3000, "generate": 4,
+             "batch": 1, "llamacpp": {"n_cpu_moe": 20}}  # fmt: skip
+    catalog = predict(parse_scenario(cd.scenario_for(point)), check=False)
+    figures = cd.machine_figures(load_system(ident))
+    typed = {**point, "figures": {"gpu_memory": figures["gpu_memory"]}}
+    mine = predict(parse_scenario(cd.scenario_for(typed)), check=False)
+    assert mine.tpot_s == catalog.tpot_s and mine.ttft_s == catalog.ttft_s
+
+
 def _with(key: str, value: float | None) -> dict:
     """Return the A100 system's figures with ``key`` set and the figures tied to it consistent.
 

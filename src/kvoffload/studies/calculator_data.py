@@ -115,12 +115,14 @@ def profile_mapping(
     figures: dict[str, float | None],
     name: str = "calculator machine",
     host_extra: dict | None = None,
+    gpu_extra: dict | None = None,
 ) -> dict:
     """Return an inline hardware profile whose System has exactly ``figures`` (machine_figures' keys).
 
     One GPU holding the whole GPU memory, its achievable bandwidth as its rating, the dense rate
     reached as its peak (efficiency 1); the link's raw rate the faster of its two directions;
-    ``host_extra`` (calculator_llamacpp.host_entry): the machine's cores, threads, sockets, reserve.
+    ``host_extra`` (calculator_llamacpp.host_entry): the machine's cores, threads, sockets, reserve;
+    ``gpu_extra`` (calculator_llamacpp.gpu_entry): its GPU's int8 rate.
     """
     f = figures
     gpu = {
@@ -130,6 +132,7 @@ def profile_mapping(
         "memory_bandwidth_achievable": f"{f['gpu_bandwidth']!r} B/s",
         "attention_bandwidth": f"{f['attention_bandwidth']!r} B/s",
         "flops_bf16": f"{f['gpu_flops']!r} FLOP/s",
+        **(calculator_llamacpp.gpu_mapping(gpu_extra) if gpu_extra else {}),
     }
     link = {
         "name": name,
@@ -174,7 +177,9 @@ def scenario_for(inputs: dict[str, Any]) -> dict[str, Any]:
         system = load_system(inputs["machine"])
         figures = {**machine_figures(system), **overrides}
         hardware: str | dict = profile_mapping(
-            figures, host_extra=calculator_llamacpp.host_entry(system)
+            figures,
+            host_extra=calculator_llamacpp.host_entry(system),
+            gpu_extra=calculator_llamacpp.gpu_entry(system),
         )
     else:
         hardware = inputs["machine"]
@@ -287,6 +292,11 @@ def _shared() -> dict[str, Any]:
         "overlap_modes": list(decode.OVERLAP_MODES),
         "streams": list(decode.STREAMS),
         "stream_names": dict(decode.STREAM_NAMES),
+        # decode.cpu_stream_name: the 'cpu' stream named by what it holds
+        "cpu_stream_names": {
+            "attention": decode.cpu_stream_name(True, False),
+            "matmuls": decode.cpu_stream_name(False, True),
+        },
         "weight_formats": [f.value for f in WEIGHT_FORMATS],
         "kv_formats": [f.value for f in KvFormat],
         "state_value_bytes": {f.value: kv.state_value_bytes(f) for f in KvFormat},
@@ -304,6 +314,7 @@ def calculator_data() -> dict[str, Any]:
                 "name": system.name,
                 "figures": machine_figures(system),
                 "host": calculator_llamacpp.host_entry(system),
+                "gpu": calculator_llamacpp.gpu_entry(system),
             }
         )
     models = []

@@ -1,30 +1,37 @@
 """What the calculator's llama.cpp engine reads, exported from the package, and its scenario.
 
-The page mirrors engines/each/llamacpp.py for the placements ``-ngl``, ``--n-cpu-moe``,
-``--cpu-moe`` and ``--no-kv-offload`` (report/calculator/llamacpp.js). It reads, per model and
+The page mirrors engines/each/llamacpp/ for the placements ``-ngl``, ``--n-cpu-moe``,
+``--cpu-moe`` and ``--no-kv-offload`` (report/calculator/llamacpp.js), its prefill (ubatches, the
+op-offload threshold, MMQ) and its KV formats' attention rates. It reads, per model and
 GGUF format, each layer position's tensors split into routed experts and the rest (bytes and
 parameters) and the order of its ops (``a`` attention, ``o`` other, ``r`` routed experts; runs
 merged: a run on one device hands nothing over), run-length encoded over the positions; the CPU
 matvec kernels per format (catalog/cpu_matvec.yaml); each machine's host (cores, threads, sockets,
-the reserve); llama.cpp's engine constants and the command-line names advise_commands.py uses.
+the reserve) and its GPU's int8 rate; llama.cpp's engine constants, its options' defaults and the
+command-line names advise_commands.py uses.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from kvoffload.engines.each import llamacpp
+from kvoffload.engines.each.llamacpp import attention
 from kvoffload.inputs.hardware import RESERVED_BASE_BYTES, RESERVED_SHARE, System
 from kvoffload.inputs.limits import MAX_LAYERS
 from kvoffload.inputs.models import Model, load_model, model_ids
-from kvoffload.inputs.precision import WeightFormat
+from kvoffload.inputs.precision import KvFormat, WeightFormat
 from kvoffload.model import cpu_rate, tensor_groups
 from kvoffload.studies import advise_commands
 from kvoffload.studies.advise_search import LLAMACPP_FORMATS, LLAMACPP_KV, weight_formats
 
 ENGINES = ("generic", "llamacpp")  # the engines the page evaluates, generic first
+_DEFAULTS = msgspec.structs.asdict(llamacpp.Options())
+# the options the mirror reads beyond the form's (options_of passes them on when given)
+_PAGE_DEFAULTS = ("n_ubatch", "no_mmap", "no_pinned", "fork")
 
 
 def llamacpp_formats(model: Model) -> tuple[str, ...]:
@@ -112,6 +119,17 @@ def host_entry(system: System) -> dict[str, Any]:
     }
 
 
+def gpu_entry(system: System) -> dict[str, Any]:
+    """Return a machine's GPU as llama.cpp's prefill reads it (prefill.prefill_rate)."""
+    int8 = system.gpu.flops_int8
+    return {"flops_int8": int8.value if int8 else None}
+
+
+def gpu_mapping(gpu: dict[str, Any]) -> dict[str, Any]:
+    """Return ``gpu_entry``'s figures as an inline profile's GPU keys (those given)."""
+    return {} if gpu["flops_int8"] is None else {"flops_int8": f"{gpu['flops_int8']!r} FLOP/s"}
+
+
 def host_mapping(host: dict[str, Any]) -> dict[str, Any]:
     """Return ``host_entry``'s figures as an inline profile's host keys (those given)."""
     out: dict[str, Any] = {"sockets": host["sockets"]}
@@ -128,8 +146,9 @@ def host_mapping(host: dict[str, Any]) -> dict[str, Any]:
 def shared() -> dict[str, Any]:
     """Return llama.cpp's constants, CPU kernels and command-line names, as the page reads them."""
     formats = llamacpp_formats_all()
+    kv_kernels = {k.value: w.value for k, w in attention._CPU_KERNEL.items()}
     kernels = {}
-    for f in formats:
+    for f in dict.fromkeys((*formats, *kv_kernels.values())):
         k = cpu_rate.kernel(WeightFormat(f))
         kernels[f] = {"bandwidth_share": k.bandwidth_share, "per_thread_bps": k.per_thread_bps}
     return {
@@ -137,6 +156,18 @@ def shared() -> dict[str, Any]:
         "gpu_share": llamacpp.gpu_share_default(),
         "split_sync_s": llamacpp.split_sync_s_default(),
         "activation_bytes": 4,  # llama.cpp's activations are f32 (llamacpp._step_parts_at)
+        # attention.gpu_kv_rate and cpu_kv_rate: the block formats, their bytes per value, the
+        # CPU kernel that reads each
+        "kv_dequant_gpu": llamacpp.kv_dequant_gpu_default(),
+        "kv_block_formats": [f.value for f in llamacpp.BLOCK_FORMATS],
+        "kv_value_bytes": {f.value: attention.value_bytes(f) for f in KvFormat},
+        "f16_bytes": attention._F16_BYTES,
+        "kv_cpu_kernels": kv_kernels,
+        # prefill: the op-offload threshold, MMQ's share of the int8 peak, the GGUF quant formats
+        "offload_min_batch": llamacpp.OFFLOAD_MIN_BATCH,
+        "mmq_int8_share": llamacpp.mmq_share_default(),
+        "gguf_quant": {f: llamacpp.is_gguf_quant(WeightFormat(f)) for f in formats},
+        "defaults": {k: _DEFAULTS[k] for k in _PAGE_DEFAULTS},
         "kv_formats": list(LLAMACPP_KV),
         "kv_flags": dict(advise_commands._LLAMA_KV),
         "kernels": kernels,
@@ -168,4 +199,7 @@ def options_of(inputs: dict[str, Any]) -> dict[str, Any]:
         out["no_kv_offload"] = True
     if lc.get("threads") is not None:
         out["threads"] = int(lc["threads"])
+    for key in _PAGE_DEFAULTS:  # the prefill's and the fork's, where they differ from the default
+        if lc.get(key) is not None and lc[key] != _DEFAULTS[key]:
+            out[key] = lc[key]
     return out

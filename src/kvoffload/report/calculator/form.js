@@ -204,6 +204,7 @@
         engine: engine,
         llamacpp: llamacpp,
         host: machine.host,
+        gpu: machine.gpu,
         hostCapacity: LC.hostCapacity(machine.host, figures.host_memory),
         context: context,
         problems: problems,

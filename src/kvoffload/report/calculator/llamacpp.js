@@ -1,8 +1,10 @@
 /*
  * llama.cpp's placement rules on the step model, in the browser: each function mirrors the one
- * named beside it in src/kvoffload/engines/each/llamacpp.py or model/cpu_rate.py, for the options
- * -ngl, --n-cpu-moe, --cpu-moe, --no-kv-offload and -t. Its data (each model's tensors per
- * position, the CPU kernels, the constants) is studies/calculator_llamacpp.py's export.
+ * named beside it in the package src/kvoffload/engines/each/llamacpp/ (options, placement,
+ * attention, step, prefill, engine) or model/cpu_rate.py, for the options -ngl, --n-cpu-moe,
+ * --cpu-moe, --no-kv-offload and -t (and n_ubatch, no_mmap, no_pinned and fork where given). Its
+ * data (each model's tensors per position, the CPU kernels, the constants, the options' defaults)
+ * is studies/calculator_llamacpp.py's export.
  * Exposes window.KvoLlamacpp.create(data, M), M being KvoModel.create(data).
  */
 (function () {
@@ -55,22 +57,60 @@
       return Math.max(memory - reserved, 0);
     }
 
-    // llamacpp.placement: the last n_gpu_layers positions (the output layer counts) on the GPU
-    function placement(n, ngl) {
+    // placement.placement: the last n_gpu_layers positions (the output layer counts) on the GPU;
+    // ik_llama: the last n_gpu_layers decoder layers, the output layer only past n_layer
+    function placement(n, ngl, fork) {
       const g = Math.min(ngl === null ? n + 1 : ngl, n + 1);
-      const start = Math.max(n + 1 - g, 0);
       const onGpu = [];
+      if (fork === "ik_llama") {
+        for (let p = 0; p < n; p++) onGpu.push(p >= Math.max(n - g, 0));
+        onGpu.push(g > n);
+        return { ngl: g, onGpu: onGpu };
+      }
+      const start = Math.max(n + 1 - g, 0);
       for (let p = 0; p <= n; p++) onGpu.push(p >= start);
       return { ngl: g, onGpu: onGpu };
     }
 
-    // llamacpp.override_rules and tensor_devices: whether each position's routed experts are on
+    // attention.gpu_kv_rate: a ggml block format read at its bytes per value over f16's, divided
+    // by the dequantisation's cost (kv_dequant_gpu); the other formats at the attention rate
+    function gpuKvRate(m, kvFormat) {
+      const base = m.attention_bandwidth;
+      if (!L.kv_block_formats.includes(kvFormat)) return base;
+      return (base * L.kv_value_bytes[kvFormat]) / L.f16_bytes / L.kv_dequant_gpu;
+    }
+
+    // attention.cpu_kv_rate: q8_0 and q4_0 at their CPU matvec kernel's rate, the rest at the
+    // host's streaming rate (placement.host_read_rate)
+    function cpuKvRate(host, m, kvFormat, threads, hostBw) {
+      const weights = L.kv_cpu_kernels[kvFormat];
+      if (weights === undefined) return hostBw;
+      return weightStreamRate(host, m.host_bandwidth, weights, threads);
+    }
+
+    // prefill.prefill_rate: MMQ on the int8 tensor cores for a quantised GGUF format, where the
+    // GPU has them; the dense 16-bit rate otherwise
+    function prefillRate(inp) {
+      const int8 = inp.gpu ? inp.gpu.flops_int8 : null;
+      if (int8 === null || int8 === undefined || !L.gguf_quant[inp.weightsFormat]) return inp.figures.gpu_flops;
+      return int8 * L.mmq_int8_share;
+    }
+
+    // prefill.offloaded: whether a ubatch of `tokens` runs an op on host weights on the GPU,
+    // [the other tensors, the routed experts] (ik_llama: a MoE op once its experts see 32 tokens each)
+    function offloaded(tokens, o, k, nExp) {
+      if (tokens < L.offload_min_batch) return [false, false];
+      if (o.fork !== "ik_llama") return [true, true];
+      return [true, tokens * k >= L.offload_min_batch * nExp];
+    }
+
+    // placement.override_rules and tensor_devices: whether each position's routed experts are on
     // the GPU (--cpu-moe: none; --n-cpu-moe N: not those of layers 0..N-1)
     function expertsOnGpu(layerOnGpu, o) {
       return layerOnGpu.map((g, p) => g && !o.cpu_moe && !(p < o.n_cpu_moe));
     }
 
-    // llamacpp._hand_overs: the device changes along one token's graph (host->GPU, GPU->host)
+    // step._hand_overs: the device changes along one token's graph (host->GPU, GPU->host)
     function handOvers(pos, layerOnGpu, expGpu, kvGpu, n) {
       const seq = [false];
       for (let p = 0; p < n; p++) {
@@ -95,10 +135,10 @@
       return [ups, downs];
     }
 
-    // llamacpp.predict: TPOT (the graph's parts in order, mean over the generated tokens), TTFT,
+    // engine.predict: TPOT (the graph's parts in order, mean over the generated tokens), TTFT,
     // memory (mmap: host weights past host capacity read back from disk each step) and the fit
     function predict(inp, options) {
-      const o = Object.assign({ n_gpu_layers: null, n_cpu_moe: 0, cpu_moe: false, no_kv_offload: false, threads: null }, options);
+      const o = Object.assign({ n_gpu_layers: null, n_cpu_moe: 0, cpu_moe: false, no_kv_offload: false, threads: null }, L.defaults, options);
       const m = inp.figures;
       const host = inp.host;
       const model = inp.model;
@@ -107,7 +147,7 @@
       const lay = M.layers(model, fmt);
       const pos = positions(model, fmt);
       const n = pos.rows.length - 1;
-      const { ngl, onGpu } = placement(n, o.n_gpu_layers);
+      const { ngl, onGpu } = placement(n, o.n_gpu_layers, o.fork);
       const expGpu = expertsOnGpu(onGpu, o);
       const kvGpu = onGpu.map((g, p) => p < n && g && !o.no_kv_offload);
       const [k, nExp] = model.expert_use;
@@ -118,7 +158,11 @@
       const sync = L.split_sync_s;
       const cpuRate = weightStreamRate(host, m.host_bandwidth, fmt, o.threads);
       const hostBw = hostStreamRate(host, m.host_bandwidth, o.threads || matmulThreads(host));
-      // per position: bytes read and FLOPs on each device (llamacpp._step_parts_at)
+      // a cache in a ggml block format costs more than its bytes to attend over: its bytes count
+      // as this many at the f16 rate (step._step_parts_at), the recurrent state as itself
+      const gpuKvScale = m.attention_bandwidth / gpuKvRate(m, inp.kvFormat);
+      const cpuKvScale = hostBw / cpuKvRate(host, m, inp.kvFormat, o.threads, hostBw);
+      // per position: bytes read and FLOPs on each device (step._step_parts_at)
       const parts = pos.rows.map((r, p) => {
         const routedRead = r[1] * touched;
         const routedFlops = r[3] > 0 ? 2 * batch * r[3] * (k / nExp) : 0;
@@ -151,10 +195,12 @@
         let cpu = 0;
         for (const q of parts) {
           const held = Math.min(s, q.window);
-          const kvBytes = batch * held * q.kvb + q.state;
+          const kvBytes = batch * held * q.kvb;
+          const gpuKv = kvBytes * gpuKvScale + q.state;
+          const cpuKv = kvBytes * cpuKvScale + q.state;
           const af = batch * held * q.attn;
-          gpu += Math.max(q.wGpu / m.gpu_bandwidth + (kvBytes * q.gAtt) / m.attention_bandwidth, (q.fGpu + af * q.gAtt) / m.gpu_flops);
-          cpu += Math.max(q.wCpu / cpuRate + (kvBytes * (1 - q.gAtt)) / hostBw, (q.fCpu + af * (1 - q.gAtt)) / m.host_flops);
+          gpu += Math.max(q.wGpu / m.gpu_bandwidth + (gpuKv * q.gAtt) / m.attention_bandwidth, (q.fGpu + af * q.gAtt) / m.gpu_flops);
+          cpu += Math.max(q.wCpu / cpuRate + (cpuKv * (1 - q.gAtt)) / hostBw, (q.fCpu + af * (1 - q.gAtt)) / m.host_flops);
         }
         gpu /= share;
         return [gpu + cpu + link, gpu, cpu, link];
@@ -163,13 +209,10 @@
       // memory at the end of generation: whole tensors where they live, each layer's KV with it
       let wGpu = 0;
       let wCpu = pos.embedding;
-      let streamed = 0;
       let readOff = pos.embedding;
       pos.rows.forEach((r, p) => {
         wGpu += (onGpu[p] ? r[0] : 0) + (expGpu[p] ? r[1] : 0);
-        const off = (onGpu[p] ? 0 : r[0]) + (expGpu[p] ? 0 : r[1]);
-        wCpu += off;
-        streamed += off;
+        wCpu += (onGpu[p] ? 0 : r[0]) + (expGpu[p] ? 0 : r[1]);
         readOff += (onGpu[p] ? 0 : r[0]) + (expGpu[p] ? 0 : r[1] * touched);
       });
       const final = inp.prompt + inp.generate;
@@ -183,28 +226,87 @@
       }
       const kvCpu = kvAll - kvOnGpu;
       const cap = hostCapacity(host, m.host_memory);
-      const paged = Math.min(Math.max(wCpu + kvCpu - cap, 0), wCpu);
+      const paged = o.no_mmap ? 0 : Math.min(Math.max(wCpu + kvCpu - cap, 0), wCpu);
       const diskS = paged ? (paged * (readOff / wCpu)) / m.disk_read : 0;
-      const onGpuSetup = M.setupOf({
-        machine: m, model: model, weightsFormat: fmt, kvFormat: inp.kvFormat,
-        weights: { gpu: 1, cpu: 0, disk: 0 }, kv: { gpu: 1, cpu: 0, disk: 0 },
-        attention: "gpu", overlap: "none", pinned: true,
-      });
-      const ttft = M.ttft(onGpuSetup, inp.prompt, batch) + streamed / rateUp;
+      const ttft = prefillTime(inp, o, pos, onGpu, expGpu, wGpu, cpuRate);
       const memory = {
         gpu: wGpu + kvOnGpu, cpu: wCpu + kvCpu - paged, disk: paged, staging: 0,
         weightsGpu: wGpu, kvGpu: kvOnGpu,
       };
       const streams = { gpu: mean[1], cpu: mean[2], h2d: mean[3], d2h: 0, disk_read: diskS, disk_write: 0 };
-      let bottleneck = M.streams[0];
-      for (const key of M.streams) if (streams[key] > streams[bottleneck]) bottleneck = key;
+      // engine.predict's cpu_work: CPU attention (--no-kv-offload, some KV), CPU matmuls (host weights)
+      const hostWeights = pos.rows.some((r, p) => (!onGpu[p] && (r[0] > 0 || r[2] > 0)) || (!expGpu[p] && r[1] > 0));
+      const bottleneck = M.bottleneckOf(streams, o.no_kv_offload && kvCpu > 0, hostWeights);
       const tiers = [["GPU memory", memory.gpu, m.gpu_memory], ["host memory", memory.cpu, cap]];
       if (m.disk_capacity !== null) tiers.push(["disk", memory.disk, m.disk_capacity]);
       return {
-        tpot: mean[0] + diskS, ttft: ttft, streams: streams, byOverlap: {}, bottleneck: bottleneck,
+        tpot: mean[0] + diskS, ttft: ttft, streams: streams, byOverlap: {},
+        bottleneck: bottleneck.key, bottleneckName: bottleneck.name,
         memory: memory, tiers: tiers, shortfalls: tiers.filter(([, need, have]) => !(need <= have)),
         ngl: ngl, paged: paged,
       };
+    }
+
+    // prefill._ubatch_s: one ubatch of `tokens` on the host-resident weights: those its ops take to
+    // the GPU cross the link (pinned from --no-mmap's host buffer, else pageable), the rest on the CPU
+    function ubatchTime(inp, o, pos, onGpu, expGpu, cpuRate, tokens) {
+      const m = inp.figures;
+      const [k, nExp] = inp.model.expert_use;
+      const touched = M.touchedShare(nExp, k, tokens);
+      const [upOther, upRouted] = offloaded(tokens, o, k, nExp);
+      let up = 0;
+      let hereBytes = 0;
+      let hereFlops = 0;
+      pos.rows.forEach((r, p) => {
+        if (!onGpu[p]) {
+          if (upOther) up += r[0];
+          else {
+            hereBytes += r[0];
+            hereFlops += 2 * tokens * r[2];
+          }
+        }
+        if (!expGpu[p]) {
+          if (upRouted) up += r[1] * touched;
+          else {
+            hereBytes += r[1] * touched;
+            hereFlops += 2 * tokens * r[3] * (k / nExp);
+          }
+        }
+      });
+      const upload = up / M.copyRate(m, "h2d", o.no_mmap && !o.no_pinned);
+      return upload + Math.max(hereBytes / cpuRate, hereFlops / m.host_flops);
+    }
+
+    // prefill.ttft: the GPU's work (its own weights and those copied to it, at prefill_rate) plus
+    // each ubatch's host-side weights
+    function prefillTime(inp, o, pos, onGpu, expGpu, wGpu, cpuRate) {
+      const model = inp.model;
+      const tokens = inp.prompt * inp.batch;
+      const full = Math.floor(tokens / o.n_ubatch);
+      const rest = tokens - full * o.n_ubatch;
+      const [k, nExp] = model.expert_use;
+      const [upOther, upRouted] = offloaded(Math.min(tokens, o.n_ubatch), o, k, nExp);
+      let hostAny = false;
+      let uploaded = 0;
+      pos.rows.forEach((r, p) => {
+        if (!onGpu[p] && (r[0] > 0 || r[2] > 0)) {
+          hostAny = true;
+          if (upOther) uploaded += r[0];
+        }
+        if (!expGpu[p] && r[1] > 0) {
+          hostAny = true;
+          if (upRouted) uploaded += r[1];
+        }
+      });
+      const setup = M.setupOf({
+        machine: inp.figures, model: model, weightsFormat: inp.weightsFormat, kvFormat: inp.kvFormat,
+        weights: { gpu: 1, cpu: 0, disk: 0 }, kv: { gpu: 1, cpu: 0, disk: 0 },
+        attention: "gpu", overlap: "none", pinned: true,
+      });
+      const gpu = M.ttft(setup, inp.prompt, inp.batch, 0, prefillRate(inp), hostAny ? wGpu + uploaded : null);
+      let host = full * ubatchTime(inp, o, pos, onGpu, expGpu, cpuRate, o.n_ubatch);
+      if (rest) host += ubatchTime(inp, o, pos, onGpu, expGpu, cpuRate, rest);
+      return gpu + host;
     }
 
     // advise_commands.command_line, llama.cpp's branch (with --cpu-moe and -t as given)

@@ -284,19 +284,21 @@
 
     // decode.ttft: compute-bound prefill, offloaded weights streamed in, the prompt's offloaded KV
     // out; with `cached` tokens already in GPU memory, their KV read once and not written out
-    function ttft(setup, prompt, batch, cached) {
+    // (rate: the FLOP/s the engine's prefill reaches, default the GPU's; gpuWeightBytes: the weight
+    // bytes the GPU reads, default every weight)
+    function ttft(setup, prompt, batch, cached, rate, gpuWeightBytes) {
       const m = setup.machine;
       const w = setup.weights;
       const c = setup.kv;
       const weights = stepWeightBytes(setup.lay);
       let total = kvTotal(setup, prompt, batch);
-      let reads = weights / m.gpu_bandwidth;
+      let reads = (gpuWeightBytes === undefined || gpuWeightBytes === null ? weights : gpuWeightBytes) / m.gpu_bandwidth;
       if (cached) {
         const prefix = kvTotal(setup, cached, batch) - kvTotal(setup, 0, batch);
         reads += prefix / m.attention_bandwidth;
         total -= prefix;
       }
-      const compute = Math.max(prefillFlops(setup.model, prompt, batch, cached) / m.gpu_flops, reads);
+      const compute = Math.max(prefillFlops(setup.model, prompt, batch, cached) / (rate || m.gpu_flops), reads);
       const rateIn = copyRate(m, "h2d", setup.pinned);
       const rateOut = copyRate(m, "d2h", setup.pinned);
       const wIn = (weights * (w.cpu + w.disk)) / rateIn + (weights * w.disk) / m.disk_read;
@@ -374,21 +376,31 @@
       STREAMS.forEach((key, k) => (streams[key] = mean[k]));
       const byOverlap = {};
       MODES.forEach((mode, k) => (byOverlap[mode] = mean[STREAMS.length + k]));
-      // Prediction.bottleneck: the stream with the most work per step (the first, on a tie)
-      let bottleneck = STREAMS[0];
-      for (const key of STREAMS) if (streams[key] > streams[bottleneck]) bottleneck = key;
+      const bottleneck = bottleneckOf(streams, setup.attention !== "gpu" && setup.kv.cpu + setup.kv.disk > 0, false);
       const tiers = capacityTiers(setup.machine, mem, setup.hostCapacity);
       return {
         tpot: byOverlap[setup.overlap],
         ttft: ttft(setup, prompt, batch),
         streams: streams,
         byOverlap: byOverlap,
-        bottleneck: bottleneck,
+        bottleneck: bottleneck.key,
+        bottleneckName: bottleneck.name,
         memory: mem,
         tiers: tiers,
         // prediction.shortfalls: the tiers the memory overflows
         shortfalls: tiers.filter(([, need, have]) => !(need <= have)),
       };
+    }
+
+    // Prediction.bottleneck: the stream with the most work per step (the first, on a tie), and
+    // its name, the CPU's by what it holds (decode.cpu_stream_name: attention, matmuls or both)
+    function bottleneckOf(streams, attends, matmuls) {
+      let key = STREAMS[0];
+      for (const k of STREAMS) if (streams[k] > streams[key]) key = k;
+      let name = data.stream_names[key];
+      if (key === "cpu" && attends && !matmuls) name = data.cpu_stream_names.attention;
+      if (key === "cpu" && matmuls && !attends) name = data.cpu_stream_names.matmuls;
+      return { key: key, name: name };
     }
 
     // a setup as the functions above read it: the machine's figures (base units), the model's
@@ -412,6 +424,7 @@
       touchedShare: touchedShare,
       stepWeightBytes: stepWeightBytes,
       predictSetup: predictSetup,
+      bottleneckOf: bottleneckOf,
     };
   }
 

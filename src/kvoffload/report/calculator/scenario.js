@@ -11,7 +11,7 @@
   }
 
   // studies/calculator_data.profile_mapping, as YAML: the machine with the reader's figures
-  function profileYaml(f, host) {
+  function profileYaml(f, host, gpu) {
     const name = '"calculator machine"';
     const lines = [
       "hardware:",
@@ -24,13 +24,17 @@
       "    memory_bandwidth_achievable: " + quantity(f.gpu_bandwidth, "B/s"),
       "    attention_bandwidth: " + quantity(f.attention_bandwidth, "B/s"),
       "    flops_bf16: " + quantity(f.gpu_flops, "FLOP/s"),
+    ];
+    // calculator_llamacpp.gpu_mapping: the GPU's int8 rate, where it has one
+    if (gpu.flops_int8 !== null) lines.push("    flops_int8: " + quantity(gpu.flops_int8, "FLOP/s"));
+    lines.push(
       "  link:",
       "    name: " + name,
       "    raw_bandwidth: " + quantity(Math.max(f.h2d, f.d2h), "B/s"),
       "    h2d_bandwidth: " + quantity(f.h2d, "B/s"),
       "    d2h_bandwidth: " + quantity(f.d2h, "B/s"),
-      "    latency: " + quantity(f.link_latency, "s"),
-    ];
+      "    latency: " + quantity(f.link_latency, "s")
+    );
     if (f.pageable !== null) lines.push("    pageable_bandwidth: " + quantity(f.pageable, "B/s"));
     lines.push(
       "  host:",
@@ -60,7 +64,7 @@
   // studies/calculator_data.scenario_for, as the YAML file `kvoffload predict` reads
   function scenarioText(inp) {
     const split = (s) => "{gpu: " + s.gpu + ", cpu: " + s.cpu + ", disk: " + s.disk + "}";
-    const lines = inp.edited.length ? profileYaml(inp.figures, inp.host) : ["hardware: " + inp.machineId];
+    const lines = inp.edited.length ? profileYaml(inp.figures, inp.host, inp.gpu) : ["hardware: " + inp.machineId];
     if (inp.engine === "llamacpp") return llamacppText(inp, lines);
     lines.push(
       "model: " + inp.model.id,
@@ -85,7 +89,7 @@
     options[rule.weights_option] = weightsGib;
     options[rule.size_option] = reuse.hostGib;
     const pairs = Object.entries(options).map(([k, v]) => k + ": " + v);
-    const lines = inp.edited.length ? profileYaml(inp.figures, inp.host) : ["hardware: " + inp.machineId];
+    const lines = inp.edited.length ? profileYaml(inp.figures, inp.host, inp.gpu) : ["hardware: " + inp.machineId];
     lines.push(
       "model: " + inp.model.id,
       "engine: " + rule.engine,

@@ -118,7 +118,7 @@
     for (const row of document.querySelectorAll("[data-kvo-stream]")) {
       row.classList.toggle("kvo-bottleneck", row.dataset.kvoStream === r.bottleneck);
     }
-    put("bottleneck", data.stream_names[r.bottleneck]);
+    put("bottleneck", r.bottleneckName);
     const mem = r.memory;
     put("memory_gpu_bytes", formatBytes(mem.gpu), mem.gpu);
     put("memory_cpu_bytes", formatBytes(mem.cpu), mem.cpu);
@@ -135,7 +135,7 @@
     const within = r.tpot * 1e3 <= inp.budget;
     const verdict = fits
       ? "Fits. " + formatMs(r.tpot) + " per token: " + (within ? "within" : "over") +
-        " the " + nf(4).format(inp.budget) + " ms budget; " + data.stream_names[r.bottleneck] +
+        " the " + nf(4).format(inp.budget) + " ms budget; " + r.bottleneckName +
         " is the bottleneck."
       : "Does not fit: " +
         r.shortfalls
@@ -145,7 +145,7 @@
     $("kvo-verdict").className = "kvo-verdict " + (fits ? (within ? "kvo-good" : "kvo-slow") : "kvo-refused");
     $("kvo-summary").textContent =
       "TPOT " + formatMs(r.tpot) + " · TTFT " + formatMs(r.ttft) + " · " + (fits ? "fits" : "does not fit") +
-      " · bound by " + data.stream_names[r.bottleneck];
+      " · bound by " + r.bottleneckName;
     memoryBars(r);
     drawChart(inp, predictAt, r);
     updateReuse(inp, reuse);
