@@ -123,7 +123,7 @@ def test_a_budget_leaves_out_slower_configurations():
 
 
 def test_a_gguf_file_is_advised_in_its_own_types(tmp_path):
-    from tests.spec.test_gguf import write_model
+    from tests.support.gguf_files import write_model
 
     path = tmp_path / "tiny.gguf"
     write_model(path)
