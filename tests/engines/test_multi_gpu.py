@@ -54,7 +54,7 @@ def p2p_s(system, nbytes: float) -> float:
 
 
 # -- the 2-GPU profile, engine by engine ---------------------------------------------------------
-REFUSED = {"infllm", "sglang", "trtllm"}
+REFUSED = {"infllm", "sglang", "trtllm", "ktransformers"}
 RUNS = {"generic", "llamacpp", "vllm", "zero-inference", "hf-accelerate"}
 
 

@@ -129,6 +129,12 @@ def expert_compute_rate(sc: Scenario, tokens_per_expert: float) -> float:
 
 def _refuse_lengths(sc: Scenario) -> None:
     o = sc.options
+    if sc.system.gpu.count > 1:  # its multi-GPU optimize rules are not modelled
+        raise InputError(
+            "engine 'ktransformers' is modelled on one GPU (its multi-GPU optimize rules are "
+            f"not); give a profile with 1 GPU, not {sc.system.gpu.count}",
+            field="hardware.gpu.count",
+        )
     if sc.generate > o.max_new_tokens:
         raise InputError(
             f"options.max_new_tokens is {o.max_new_tokens} but the scenario generates "
