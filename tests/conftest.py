@@ -96,16 +96,3 @@ def built_book(tmp_path_factory):
             result = build_book(root, BOOK_PROFILES, n_jobs=2, progress=False)
             stored.write_bytes(pickle.dumps(result))
     return root, pickle.loads(stored.read_bytes())
-
-
-# Tests that read the session's book: under pytest-xdist (make test runs two workers) they share
-# one worker, which builds the book while the other runs every other test; without the group
-# both workers would start on them and one would wait for the other's build.
-_BOOK_FIXTURES = {"built_book", "site"}
-
-
-def pytest_collection_modifyitems(config, items):
-    """Group the tests that read the session's book onto one xdist worker."""
-    for item in items:
-        if _BOOK_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.xdist_group("book"))
