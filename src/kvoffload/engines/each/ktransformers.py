@@ -40,6 +40,7 @@ from typing import Annotated, Literal
 import numpy as np
 from msgspec import Meta
 
+from kvoffload.engines.single_gpu import refuse_several_gpus
 from kvoffload.engines.spec import EngineSpec
 from kvoffload.inputs import catalog
 from kvoffload.inputs.errors import FieldError, InputError
@@ -129,12 +130,7 @@ def expert_compute_rate(sc: Scenario, tokens_per_expert: float) -> float:
 
 def _refuse_lengths(sc: Scenario) -> None:
     o = sc.options
-    if sc.system.gpu.count > 1:  # its multi-GPU optimize rules are not modelled
-        raise InputError(
-            "engine 'ktransformers' is modelled on one GPU (its multi-GPU optimize rules are "
-            f"not); give a profile with 1 GPU, not {sc.system.gpu.count}",
-            field="hardware.gpu.count",
-        )
+    refuse_several_gpus(sc, "ktransformers", "its multi-GPU optimize rules are")
     if sc.generate > o.max_new_tokens:
         raise InputError(
             f"options.max_new_tokens is {o.max_new_tokens} but the scenario generates "

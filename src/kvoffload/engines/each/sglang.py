@@ -34,8 +34,8 @@ from msgspec import Meta
 
 from kvoffload.engines import prefix_cache
 from kvoffload.engines.prefix_cache import BlockTokens
+from kvoffload.engines.single_gpu import refuse_several_gpus
 from kvoffload.engines.spec import CacheRule, EngineSpec, PrefixCache
-from kvoffload.inputs.errors import InputError
 from kvoffload.inputs.limits import MAX_PARAMS
 from kvoffload.inputs.text import Strict
 from kvoffload.inputs.units import format_bytes
@@ -63,12 +63,7 @@ class Options(Strict):
 
 def _setup(sc: Scenario) -> decode.Setup:
     """Return the step model's setup with weights and KV on the GPU, refusing several GPUs."""
-    if sc.system.gpu.count > 1:
-        raise InputError(
-            "engine 'sglang' is modelled on one GPU (its tensor parallelism is not); give a "
-            f"profile with 1 GPU, not {sc.system.gpu.count}",
-            field="hardware.gpu.count",
-        )
+    refuse_several_gpus(sc, "sglang", "its tensor parallelism is")
     return decode.Setup(sc.system, sc.model, sc.setup.weights, sc.setup.kv)
 
 

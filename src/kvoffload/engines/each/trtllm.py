@@ -23,6 +23,7 @@ from msgspec import Meta
 
 from kvoffload.engines import prefix_cache
 from kvoffload.engines.prefix_cache import BlockTokens
+from kvoffload.engines.single_gpu import refuse_several_gpus
 from kvoffload.engines.spec import CacheRule, EngineSpec, PrefixCache
 from kvoffload.inputs.errors import InputError
 from kvoffload.inputs.limits import MAX_PARAMS
@@ -45,12 +46,7 @@ class Options(Strict):
 
 def _setup(sc: Scenario) -> decode.Setup:
     """Return the step model's setup with weights and KV on the GPU, refusing several GPUs."""
-    if sc.system.gpu.count > 1:
-        raise InputError(
-            "engine 'trtllm' is modelled on one GPU (its tensor parallelism is not); give a "
-            f"profile with 1 GPU, not {sc.system.gpu.count}",
-            field="hardware.gpu.count",
-        )
+    refuse_several_gpus(sc, "trtllm", "its tensor parallelism is")
     return decode.Setup(sc.system, sc.model, sc.setup.weights, sc.setup.kv)
 
 
