@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 
 from kvoffload.inputs import catalog
 from kvoffload.inputs.models import load_model
+from kvoffload.studies import claim_figures as figures
 from kvoffload.studies import claims as cl
+from kvoffload.studies.claim_figures import FUNCTIONS
 from kvoffload.studies.claims import (
-    FUNCTIONS,
     HOLDS_WITHIN,
     IMPRECISE_WITHIN,
     NEW,
@@ -256,7 +257,7 @@ def test_the_reviewed_verdicts_are_rejudged():
     assert "(NVMe)" not in BY_ID["conditions-nvme-8k"].quote
     limit = BY_ID["conditions-nvme-8k"].recomputed()
     assert 5000 < limit < 5500  # 100 ms x 7 GB/s over 131,072 B per token
-    assert cl.tpot_penalty("a100-80gb-sxm-pcie4", "llama-3.1-8b", 8000, weights="int4") == 0
+    assert figures.tpot_penalty("a100-80gb-sxm-pcie4", "llama-3.1-8b", 8000, weights="int4") == 0
 
 
 def test_every_verdict_history_keeps_its_reasons():
@@ -285,10 +286,10 @@ def test_cited_code_is_pinned_to_a_commit():
 
 # -- the recomputations the re-judging added ---------------------------------------------------
 def test_attention_alone_is_the_cache_read_and_less_than_the_whole_layer():
-    t = cl.layer_attention_time("article-reference", "llama-3.1-8b", 128_000)
-    assert t == pytest.approx(cl.layer_kv_bytes("llama-3.1-8b", 128_000) / 2e12)
-    assert t < cl.layer_gpu_time("article-reference", "llama-3.1-8b", 128_000)
-    assert cl.layer_attention_time("article-reference", "llama-3.1-8b", 128_000, batch=4) == (
+    t = figures.layer_attention_time("article-reference", "llama-3.1-8b", 128_000)
+    assert t == pytest.approx(figures.layer_kv_bytes("llama-3.1-8b", 128_000) / 2e12)
+    assert t < figures.layer_gpu_time("article-reference", "llama-3.1-8b", 128_000)
+    assert figures.layer_attention_time("article-reference", "llama-3.1-8b", 128_000, batch=4) == (
         pytest.approx(4 * t)
     )
 
@@ -296,14 +297,18 @@ def test_attention_alone_is_the_cache_read_and_less_than_the_whole_layer():
 @settings(max_examples=30, deadline=None)
 @given(st.integers(1, 256), st.integers(1, 200_000))
 def test_a_steps_flops_grow_exactly_with_the_batch(batch, tokens):
-    assert cl.flops_ratio("llama-3.1-8b", tokens, batch) == pytest.approx(batch, rel=1e-12)
-    assert cl.step_flops("llama-3.1-8b", tokens + 1000) > cl.step_flops("llama-3.1-8b", tokens)
+    assert figures.flops_ratio("llama-3.1-8b", tokens, batch) == pytest.approx(batch, rel=1e-12)
+    assert figures.step_flops("llama-3.1-8b", tokens + 1000) > figures.step_flops(
+        "llama-3.1-8b", tokens
+    )
 
 
 def test_batching_does_not_share_out_the_copy():
-    assert cl.copy_per_token_ratio("article-reference", "llama-3.1-8b", 8000, 4) == pytest.approx(1)
+    assert figures.copy_per_token_ratio(
+        "article-reference", "llama-3.1-8b", 8000, 4
+    ) == pytest.approx(1)
     # on a real link each copy's start-up time is shared, and nothing else
-    real = cl.copy_per_token_ratio("a100-80gb-sxm-pcie4", "llama-3.1-8b", 8000, 4)
+    real = figures.copy_per_token_ratio("a100-80gb-sxm-pcie4", "llama-3.1-8b", 8000, 4)
     assert 0.95 < real <= 1
 
 
@@ -311,13 +316,15 @@ def test_attention_beside_the_cache_moves_query_output_and_the_new_token_only():
     m = load_model("llama-3.1-8b")
     q_and_out = 2 * m.n_heads * m.head_dim * 2
     new_kv = 2 * m.n_kv_heads * m.head_dim * 2
-    assert cl.cpu_attention_layer_bytes("llama-3.1-8b") == q_and_out + new_kv
-    assert cl.cpu_attention_layer_bytes("llama-3.1-8b", batch=3) == 3 * (q_and_out + new_kv)
-    assert cl.cpu_attention_layer_bytes("llama-3.1-8b") < cl.layer_kv_bytes("llama-3.1-8b", 1000)
+    assert figures.cpu_attention_layer_bytes("llama-3.1-8b") == q_and_out + new_kv
+    assert figures.cpu_attention_layer_bytes("llama-3.1-8b", batch=3) == 3 * (q_and_out + new_kv)
+    assert figures.cpu_attention_layer_bytes("llama-3.1-8b") < figures.layer_kv_bytes(
+        "llama-3.1-8b", 1000
+    )
 
 
 def test_dram_is_ahead_of_nvme_on_the_articles_own_figures():
-    assert cl.system_ratio(
+    assert figures.system_ratio(
         "article-reference", "storage.read_bandwidth", "host.memory_bandwidth"
     ) == pytest.approx(7 / 90)
 
