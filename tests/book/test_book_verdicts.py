@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from bs4 import BeautifulSoup
 
-from kvoffload.bookbuild import pages
+from kvoffload.bookbuild import page_cells
 from kvoffload.bookbuild.profiles import REFERENCE
 from kvoffload.bookbuild.runner import chapters, declared_parameters, per_profile
 from kvoffload.inputs.hardware import load_system
@@ -95,7 +95,7 @@ def test_every_per_profile_page_s_title_names_its_machine(built_book):
     html = root / "_build" / "html" / "book" / "generated"
     titles = []
     for pid in BOOK_PROFILES:
-        label = pages.machine_label(load_system(pid))
+        label = page_cells.machine_label(load_system(pid))
         files = [html / pid / f"{c.name}.html" for c in chapters(root) if per_profile(c)]
         if pid != REFERENCE:
             files.append(html / pid / "index.html")
@@ -139,7 +139,7 @@ def test_the_machines_page_is_the_package_s_table(built_book):
         href = row.select_one("a")["href"]
         assert href.startswith("../intro.html" if pid == REFERENCE else f"{pid}/index.html"), href
         want = verdict.machine_row(pid)
-        assert _plain(cells[0]) == pages.machine_label(load_system(pid))
+        assert _plain(cells[0]) == page_cells.machine_label(load_system(pid))
         assert cells[1] == f"{want.link_gbs:,.1f}"
         # each time as the package marks it: "(does not fit)" after one whose setup does not fit
         assert cells[2 : 2 + len(want.on_gpu_ms)] == verdict_box.machine_times(want)

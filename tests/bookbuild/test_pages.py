@@ -7,7 +7,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from kvoffload.bookbuild import pages
+from kvoffload.bookbuild import page_cells, pages
 from kvoffload.bookbuild.runner import Chapter
 from kvoffload.inputs.hardware import load_system
 
@@ -32,7 +32,7 @@ def _executed(tmp_path: Path) -> tuple[Path, Chapter]:
             "remove-cell",
         ),
         _code('# Parameters\nhardware = "t4-pcie3"\nsizes = [4]\n', "injected-parameters"),
-        _code("box(hardware)", pages.VERDICT_TAG, "remove-input"),
+        _code("box(hardware)", page_cells.VERDICT_TAG, "remove-input"),
         nbformat.v4.new_markdown_cell(
             "**Workload:** x.\n\n## Setup\n\n$$\na = b\n$$ (eq-a)\n\nBy {eq}`eq-a` and {numref}`Fig <fig-b>`.\n\n(fig-b)=\n"
         ),
@@ -45,7 +45,7 @@ def _executed(tmp_path: Path) -> tuple[Path, Chapter]:
 
 
 def test_the_parameters_show_the_values_the_page_ran_with():
-    shown = pages.parameters_source(
+    shown = page_cells.parameters_source(
         'hardware = "x"  # profile\nbatch = 1  # requests\nsizes = [\n  1,\n]  # list',
         '# Parameters\nhardware = "t4-pcie3"\nsizes = [4]\nextra = 2\n',
     )
@@ -55,7 +55,7 @@ def test_the_parameters_show_the_values_the_page_ran_with():
         "sizes = [4]",
         "extra = 2",
     ]
-    assert pages.parameters_source("a = 1  # one", "") == "a = 1  # one"
+    assert page_cells.parameters_source("a = 1  # one", "") == "a = 1  # one"
 
 
 def test_a_page_names_its_machine_and_keeps_the_verdict_under_the_title(tmp_path):
@@ -72,10 +72,10 @@ def test_a_page_names_its_machine_and_keeps_the_verdict_under_the_title(tmp_path
         for c in nb.cells
     ]
     assert kinds[0][2] == "# Demo Chapter on T4 16GB, PCIe 3.0 x16"
-    assert pages.VERDICT_TAG in kinds[1][1]  # the verdict right under the title
-    assert pages.SWITCHER_TAG in kinds[2][1]  # then the switcher
+    assert page_cells.VERDICT_TAG in kinds[1][1]  # the verdict right under the title
+    assert page_cells.SWITCHER_TAG in kinds[2][1]  # then the switcher
     # the parameters and papermill's cell become one folded cell before the first shown code
-    params = [c for c in nb.cells if pages.PARAMETERS_TAG in c.metadata.get("tags", [])]
+    params = [c for c in nb.cells if page_cells.PARAMETERS_TAG in c.metadata.get("tags", [])]
     assert len(params) == 1 and "hide-input" in params[0].metadata["tags"]
     assert params[0].source.splitlines() == [
         'hardware = "t4-pcie3"  # system profile',
@@ -111,7 +111,7 @@ def test_a_chapter_without_a_verdict_gets_the_switcher_under_its_opening(tmp_pat
     pages.prepare_page(path, Chapter(source), systems["article-reference"], systems=systems)
     cells = nbformat.read(str(path), as_version=4).cells
     assert cells[0].source == "# X on the article's A100\n\nOpening."
-    assert pages.SWITCHER_TAG in cells[1].metadata["tags"]
+    assert page_cells.SWITCHER_TAG in cells[1].metadata["tags"]
     assert cells[2].source.startswith("## First")
 
 
@@ -123,6 +123,6 @@ def test_index_pages_open_with_their_machine_and_verdict(ident):
     every = chapters(REPO)
     text = pages.index_markdown(load_system(ident), every[:2], every[6:8])
     first, _, rest = text.partition("\n\n")
-    assert first == f"# {pages.verdict_box.md_escape(pages.machine_label(load_system(ident)))}"
+    assert first == f"# {pages.verdict_box.md_escape(page_cells.machine_label(load_system(ident)))}"
     assert rest.startswith('<div class="verdict"') and text.count('class="verdict"') == 1
     assert "../article-reference/07_validation" in text

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bs4 import BeautifulSoup
 
-from kvoffload.bookbuild import pages
+from kvoffload.bookbuild import page_cells
 from kvoffload.bookbuild.runner import Chapter, declared_parameters
 from kvoffload.studies import verdict
 
@@ -58,7 +58,7 @@ def chapter_box(chapter: Chapter, profile: str, monkeypatch):
     (cell,) = [
         c
         for c in jupytext.read(chapter.path).cells
-        if pages.VERDICT_TAG in c.metadata.get("tags", [])
+        if page_cells.VERDICT_TAG in c.metadata.get("tags", [])
     ]
     tree = ast.parse(cell.source)
     last = tree.body.pop()
