@@ -123,7 +123,7 @@ def parse_command(line: str, model: Model, path: str = "") -> Command:
     if words[:2] == ["vllm", "serve"]:
         f = _flags(words[3:])
         quant = {v: k for k, v in _VLLM_QUANT.items()}
-        own = "mxfp4" if model.model_type == "gpt_oss" else "bf16"
+        own = "mxfp4" if model.ships_mxfp4_experts else "bf16"
         weights = quant[str(f["--quantization"])] if "--quantization" in f else own
         kv = {v: k for k, v in _VLLM_KV.items()}[str(f.get("--kv-cache-dtype", "auto"))]
         opts = {"cpu_offload_gb": float(f["--cpu-offload-gb"])} if "--cpu-offload-gb" in f else {}

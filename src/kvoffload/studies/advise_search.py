@@ -54,11 +54,6 @@ NO_KV = "--no-kv-offload"
 CPU_OFFLOAD = "--cpu-offload-gb"
 
 
-def published_mxfp4(model: Model) -> bool:
-    """True when the model ships its routed experts in MXFP4 (gpt-oss), as its files are used."""
-    return model.moe is not None and model.model_type == "gpt_oss"
-
-
 def weight_formats(model: Model, engine: str) -> tuple[str, ...]:
     """Return the weight formats tried for ``model`` on ``engine``, largest first.
 
@@ -67,7 +62,7 @@ def weight_formats(model: Model, engine: str) -> tuple[str, ...]:
     """
     if getattr(model, "gguf_tensors", ()):
         return ("gguf",) if engine == "llamacpp" else ()
-    if published_mxfp4(model):
+    if model.ships_mxfp4_experts:
         return ("mxfp4",)
     return LLAMACPP_FORMATS if engine == "llamacpp" else VLLM_FORMATS
 

@@ -43,7 +43,7 @@ NGL = "--n-gpu-layers"
 
 def native_mxfp4(model: Model) -> bool:
     """True when the model ships its routed experts in MXFP4 (gpt-oss: quant_method mxfp4)."""
-    return model.moe is not None and model.model_type == "gpt_oss"
+    return model.ships_mxfp4_experts
 
 
 def _require_moe(model: Model) -> None:

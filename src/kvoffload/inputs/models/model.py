@@ -33,6 +33,11 @@ class Model(Architecture):
         return self._memo("tensors", lambda: _tensors(self))
 
     @property
+    def ships_mxfp4_experts(self) -> bool:
+        """True when the model is published with its routed experts in MXFP4 (gpt-oss)."""
+        return self.moe is not None and self.model_type == "gpt_oss"
+
+    @property
     def params(self) -> int:
         """Return the total number of parameters."""
         return self._memo("params", lambda: sum(t.params for t in self.tensors()))
