@@ -47,30 +47,15 @@ class Traffic:
             raise ValueError(f"gap_min {self.gap_min} must lie in [0, mean_gap {self.mean_gap}]")
 
 
-def _tail(t: np.ndarray, tr: Traffic) -> np.ndarray:
-    """Return the mean of the gap's exponential part (s): mean_gap - gap_min (0: a fixed gap)."""
-    return np.full_like(t, tr.mean_gap - tr.gap_min)
-
-
-def gap_cdf(t: ArrayLike, tr: Traffic) -> np.ndarray:
-    """Return P(gap < t): 0 below gap_min, then 1 - exp(-(t - gap_min) / tail)."""
-    t = np.asarray(t, dtype=np.float64)
-    tail = _tail(t, tr)
-    over = np.maximum(t - tr.gap_min, 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        expo = np.where(tail > 0, -np.expm1(-over / np.where(tail > 0, tail, 1.0)), 1.0)
-    return np.where(t > tr.gap_min, expo, 0.0)
-
-
 def presence(t: ArrayLike, tr: Traffic) -> np.ndarray:
     """Return the share of time a session's object is cached when it stays ``t`` s after a request.
 
     The rate of requests times the integral of the gap's survival function from 0 to t (at most 1).
     """
     t = np.asarray(t, dtype=np.float64)
-    tail = _tail(t, tr)
+    tail = tr.mean_gap - tr.gap_min  # the mean of the gap's exponential part (0: a fixed gap)
     over = np.maximum(t - tr.gap_min, 0.0)
-    integral = np.minimum(t, tr.gap_min) + tail * -np.expm1(-over / np.where(tail > 0, tail, 1.0))
+    integral = np.minimum(t, tr.gap_min) + tail * -np.expm1(-over / (tail if tail > 0 else 1.0))
     return np.minimum(integral / tr.mean_gap, 1.0)
 
 
@@ -124,8 +109,8 @@ def _count_below(n: int, q: np.ndarray, c: np.ndarray) -> np.ndarray:
     return np.where(cc <= 0, 0.0, 0.5 * (1.0 + _ERF(z / math.sqrt(2.0)).astype(np.float64)))
 
 
-def hit_probability(tr: Traffic, capacity: ArrayLike) -> np.ndarray:
-    """Return P(gap < eviction time) for an LRU of ``capacity`` bytes (Che's, with its spread).
+def hit_rate(tr: Traffic, capacity: ArrayLike) -> np.ndarray:
+    """Return the share of requests an LRU of each ``capacity`` (bytes) serves: P(gap < eviction).
 
     Che's approximation takes the eviction time as exactly the characteristic time T. In an LRU
     holding K = floor(capacity / size) sessions it is the time until K distinct others ask again: the
@@ -145,7 +130,10 @@ def hit_probability(tr: Traffic, capacity: ArrayLike) -> np.ndarray:
     shuffled = -np.expm1(-tail * tr.sessions / tr.mean_gap)
     random = _count_below(others, q, slots)
     fixed = np.where(others * q < slots[..., None], 1.0, 0.0)
-    return (shuffled * random + (1 - shuffled) * fixed).mean(axis=-1)
+    # a cache that holds every session serves every turn (after each session's first)
+    return np.where(
+        slots >= tr.sessions, 1.0, (shuffled * random + (1 - shuffled) * fixed).mean(axis=-1)
+    )
 
 
 @dataclass(frozen=True)
@@ -169,26 +157,24 @@ def tier_hits(tr: Traffic, capacities: ArrayLike, *, inclusive: bool = True) -> 
     """
     caps = np.asarray(capacities, dtype=np.float64)
     reach = caps if inclusive else np.cumsum(caps)
-    t = characteristic_time(tr, reach)
-    cdf = np.where(np.isinf(t), 1.0, hit_probability(tr, reach))
-    best = np.maximum.accumulate(cdf)
+    best = np.maximum.accumulate(hit_rate(tr, reach))
     served = np.diff(np.concatenate([[0.0], best]))
-    return TierHits(hit_rate=served, survival_s=t)
+    return TierHits(hit_rate=served, survival_s=characteristic_time(tr, reach))
 
 
-def capacity_for(tr: Traffic, hit_rate: float) -> float:
-    """Return the bytes one LRU tier needs for ``hit_rate`` of the requests to hit it.
+def capacity_for(tr: Traffic, target: float) -> float:
+    """Return the bytes one LRU tier needs for a ``target`` share of the requests to hit it.
 
-    The smallest capacity whose hit rate (tier_hits) reaches it, by bisection: the hit rate
+    The smallest capacity whose hit rate reaches it, by bisection: the hit rate
     grows with the capacity; every session's bytes (all fit) when nothing smaller does.
     """
     whole = tr.sessions * tr.size
-    if hit_rate <= 0:
+    if target <= 0:
         return 0.0
-    if hit_rate >= 1 or tier_hits(tr, [whole * (1 - 1e-12)]).hit_rate[0] < hit_rate:
+    if target >= 1 or hit_rate(tr, whole * (1 - 1e-12)) < target:
         return whole
     lo, hi = 0.0, whole
     for _ in range(_ITERATIONS):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if tier_hits(tr, [mid]).hit_rate[0] < hit_rate else (lo, mid)
+        lo, hi = (mid, hi) if hit_rate(tr, mid) < target else (lo, mid)
     return hi

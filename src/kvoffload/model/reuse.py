@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from kvoffload.model import decode, kv
+from kvoffload.model import decode
 from kvoffload.model.decode import Setup
 
 TIERS = ("gpu", "cpu", "disk")
@@ -189,8 +189,3 @@ def break_even_prompt(
     fine = np.arange(lo, hi + 1, dtype=np.int64)
     f = ttft_with_prefix(setup, fine, fine, tier, rule, batch)
     return int(fine[np.argmax(f.ttft < f.recompute)])
-
-
-def prefix_bytes_per_token(setup: Setup) -> int:
-    """Return the cache bytes one token of a prefix takes in every layer (the engine's layout)."""
-    return int(kv.bytes_per_token(setup.cache_model, setup.kv))

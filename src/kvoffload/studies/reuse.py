@@ -239,9 +239,7 @@ def lru_traffic(c: Cache, t: Traffic) -> lru.Traffic:
 
 def hit_rates(c: Cache, t: Traffic, host_bytes: np.ndarray) -> np.ndarray:
     """Return the share of turns a host cache of each size serves (write-through LRU)."""
-    caps = np.sort(np.asarray(host_bytes, dtype=np.float64))
-    # a tier of each size over the same requests: the cumulative share served is each one's
-    return np.cumsum(lru.tier_hits(lru_traffic(c, t), caps, inclusive=True).hit_rate)
+    return lru.hit_rate(lru_traffic(c, t), host_bytes)
 
 
 def hit_rate_frame(c: Cache, t: Traffic, points: int = 61) -> pd.DataFrame:
