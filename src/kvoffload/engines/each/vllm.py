@@ -237,7 +237,9 @@ def predict(sc: Scenario) -> Prediction:
             "tensor_parallel_size": tp,
             "kv_heads_per_gpu": heads,
         },
-        policy=f"{off:.0%} of the weights streamed from {'pinned' if placement.pinned else 'pageable'} host memory every step; prefix cache {o.kv_offloading_size:g} GiB, {hit:.0%} of the prompt reloaded instead of recomputed"
+        policy=f"{off:.0%} of the weights streamed from {'pinned' if placement.pinned else 'pageable'} host memory every step; prefix cache {o.kv_offloading_size:g} GiB"
+        # the deprecated prefix_hit_rate's share; a reuse: block says its own hit (prefix_cache)
+        + (f", {hit:.0%} of the prompt reloaded instead of recomputed" if o.prefix_hit_rate else "")
         + (f"; tensor parallel over {tp} GPUs, two all-reduces per layer" if tp > 1 else ""),
     )
 
