@@ -92,6 +92,7 @@ def test_a_declaration_missing_a_field_is_refused_naming_the_engine_and_the_fiel
     [
         ({"refuses": {"attention": "say options.x"}}, "refuses"),  # no word for overlap:
         ({"predict": None}, "predict"),
+        ({"memory": 3}, "memory"),
         ({"options": dict}, "options"),
         ({"pin_option": "pinned"}, "pin_option"),  # vLLM has no such option
         ({"placement_option": ""}, "placement_option"),

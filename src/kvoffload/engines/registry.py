@@ -21,6 +21,7 @@ from kvoffload.engines.spec import (
 )
 from kvoffload.inputs.errors import InputError
 from kvoffload.inputs.text import Strict, validate
+from kvoffload.model.decode import Memory
 from kvoffload.model.prediction import Prediction, Scenario
 from kvoffload.model.reuse import TIERS
 from kvoffload.model.routing import Routing
@@ -40,6 +41,8 @@ def _problem(spec: EngineSpec) -> tuple[str, str] | None:
         return "options", "must be a inputs.text.Strict subclass or None"
     if not callable(spec.predict):
         return "predict", "must be a function of a Scenario returning a Prediction"
+    if spec.memory is not None and not callable(spec.memory):
+        return "memory", "must be a function of a Scenario returning its Memory, or None"
     if spec.placement_option is not None and (
         not isinstance(spec.placement_option, str) or not spec.placement_option
     ):
@@ -159,3 +162,9 @@ def validate_options(engine: str, raw: dict) -> Any:
 def run_engine(sc: Scenario) -> Prediction:
     """Return an engine's prediction for a scenario."""
     return ENGINES[sc.engine].predict(sc)
+
+
+def engine_memory(sc: Scenario) -> Memory:
+    """Return the bytes a scenario holds where, without its timing where the engine can."""
+    spec = ENGINES[sc.engine]
+    return spec.memory(sc) if spec.memory is not None else spec.predict(sc).memory

@@ -9,7 +9,7 @@ import msgspec
 from msgspec import Meta
 
 from kvoffload.engines import prefix_cache
-from kvoffload.engines.registry import ENGINES, run_engine, validate_options
+from kvoffload.engines.registry import ENGINES, engine_memory, run_engine, validate_options
 from kvoffload.engines.spec import SET_BY_ENGINE, EngineSpec
 from kvoffload.inputs.errors import FieldError, InputError
 from kvoffload.inputs.files import load_mapping, stat_mode
@@ -353,6 +353,14 @@ def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario file."""
     p = Path(path)
     return parse_scenario(load_mapping(p), base=p.parent, name=str(path))
+
+
+def held_memory(sc: Scenario, *, name: str = "scenario") -> decode.Memory:
+    """Return the bytes a scenario holds where, untimed (a search's fit); refusals as predict's."""
+    try:
+        return engine_memory(sc)
+    except InputError as exc:
+        raise exc.within(file=name) from None
 
 
 def predict(sc: Scenario, *, name: str = "scenario", check: bool = True) -> Prediction:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvoffload.inputs.text import Strict
-from kvoffload.model.decode import Setup
+from kvoffload.model.decode import Memory, Setup
 from kvoffload.model.prediction import Prediction, Scenario
 from kvoffload.model.reuse import Reload
 
@@ -50,7 +50,9 @@ class EngineSpec:
       (``((), "")``: it reads them all);
     - ``prefix_cache``: its prefix cache (a ``PrefixCache``), or, for an engine without one, what
       to use instead when a scenario gives ``reuse:`` or ``traffic:`` (by default, the engines
-      that have one).
+      that have one);
+    - ``memory``: the scenario's memory without its timing (what a search for a fit asks many
+      times); None: the memory of ``predict``'s answer.
     """
 
     name: str = REQUIRED
@@ -61,6 +63,7 @@ class EngineSpec:
     refuses: Mapping[str, str] = REQUIRED
     routing_ignored: tuple[tuple[str, ...], str] = REQUIRED
     prefix_cache: PrefixCache | str = NO_PREFIX_CACHE
+    memory: Callable[[Scenario], Memory] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -27,12 +27,13 @@ from typing import Any
 import numpy as np
 
 from kvoffload.engines.registry import validate_options
-from kvoffload.engines.scenario import predict
+from kvoffload.engines.scenario import held_memory, predict
 from kvoffload.inputs.errors import InputError
 from kvoffload.inputs.hardware import System
 from kvoffload.inputs.models import Model
 from kvoffload.inputs.precision import kv_format, weight_format
 from kvoffload.model import decode
+from kvoffload.model.decode import Memory
 from kvoffload.model.prediction import Prediction, Scenario, shortfalls
 from kvoffload.model.search import largest_true
 
@@ -143,26 +144,35 @@ class _Probe:
         self.engine, self.weights, self.kv, self.wl = engine, weights, kv, wl
         self.system = system
         self._seen: dict[tuple, Prediction] = {}
+        self._held: dict[tuple, Memory] = {}
+
+    def _scenario(self, options: Mapping[str, Any]) -> Scenario:
+        system, model, engine, wf, kf, wl = self.key
+        return Scenario(system, model, engine, decode.Setup(system, model, wf, kf), wl.batch,
+                        wl.prompt, wl.generate, validate_options(engine, dict(options)))  # fmt: skip
 
     def prediction(self, options: Mapping[str, Any]) -> Prediction:
         """Return the engine's prediction with these options (InputError where it refuses)."""
         key = tuple(sorted(options.items()))
         if key not in self._seen:
-            system, model, engine, wf, kf, wl = self.key
-            sc = Scenario(system, model, engine, decode.Setup(system, model, wf, kf), wl.batch,
-                          wl.prompt, wl.generate, validate_options(engine, dict(options)))  # fmt: skip
-            self._seen[key] = predict(sc, check=False)
+            self._seen[key] = predict(self._scenario(options), check=False)
         return self._seen[key]
 
     @property
     def tried(self) -> int:
-        """Return how many predictions were made."""
-        return len(self._seen)
+        """Return how many configurations were tried (a fit asked, or a prediction made)."""
+        return len(self._held.keys() | self._seen.keys())
 
     def gpu_fits(self, options: Mapping[str, Any]) -> bool:
-        """True when the GPU holds what these options put there."""
-        mem = self.prediction(options).memory
-        return not any(t == "GPU memory" for t, _, _ in shortfalls(self.system, mem))
+        """True when the GPU holds what these options put there (the fit alone, not timed)."""
+        key = tuple(sorted(options.items()))
+        if key not in self._held:
+            self._held[key] = (
+                self._seen[key].memory
+                if key in self._seen
+                else held_memory(self._scenario(options))
+            )
+        return not any(t == "GPU memory" for t, _, _ in shortfalls(self.system, self._held[key]))
 
     def choice(self, options: Mapping[str, Any], way: str) -> Choice:
         """Return the configuration with these options as a Choice."""

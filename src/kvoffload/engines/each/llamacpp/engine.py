@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from kvoffload.engines.each.llamacpp import prefill
@@ -29,6 +31,47 @@ def _shares(on_gpu: float, on_cpu: float) -> decode.Split:
     return decode.Split(on_gpu / total, on_cpu / total, 0.0) if total else decode.Split()
 
 
+@dataclass(frozen=True)
+class _Held:
+    """Where a scenario's weights and KV sit: each tensor's device and the bytes per place."""
+
+    table: tensor_groups.TensorTable
+    on_gpu: np.ndarray
+    w_gpu: float
+    w_cpu: float  # the token embeddings included
+    kv_gpu: float
+    kv_cpu: float
+    paged: float  # weights past host capacity, left as file pages (mmap)
+
+    @property
+    def memory(self) -> decode.Memory:
+        """Return the bytes on the GPU, in host memory and read from disk."""
+        return decode.Memory(
+            gpu=np.asarray(self.w_gpu + self.kv_gpu),
+            cpu=np.asarray(self.w_cpu + self.kv_cpu - self.paged),
+            disk=np.asarray(self.paged),
+            staging=np.asarray(0.0),
+        )
+
+
+def _held(sc: Scenario) -> _Held:
+    """Return where the scenario's weights and its final context's KV sit."""
+    _, layer_on_gpu = placement(sc)
+    table, on_gpu = tensor_devices(sc)
+    w_gpu = float(table.nbytes[on_gpu].sum())
+    w_cpu = float(table.nbytes[~on_gpu].sum())
+    final = sc.prompt + sc.generate
+    kv_layers = kv.layer_bytes(sc.setup.cache_model, final, sc.setup.kv) * sc.batch
+    kv_gpu = 0.0 if sc.options.no_kv_offload else float(kv_layers[layer_on_gpu[:-1]].sum())
+    kv_cpu = float(kv_layers.sum()) - kv_gpu
+    return _Held(table, on_gpu, w_gpu, w_cpu, kv_gpu, kv_cpu, paged_bytes(sc, w_cpu, kv_cpu))
+
+
+def memory(sc: Scenario) -> decode.Memory:
+    """Return the scenario's memory without its timing (what a search for a fit asks)."""
+    return _held(sc).memory
+
+
 def predict(sc: Scenario) -> Prediction:
     """Return llama.cpp's time per token, prefill and memory for the scenario."""
     system, model, o = sc.system, sc.model, sc.options
@@ -44,28 +87,17 @@ def predict(sc: Scenario) -> Prediction:
     windows = decode.layers(model, sc.setup.weights).window
     tpot, gpu_s, cpu_s, link_s = decode.token_mean(per_token, sc.prompt, sc.generate, windows)
     ngl, layer_on_gpu = placement(sc)
-    table, on_gpu = tensor_devices(sc)
-    w_gpu = float(table.nbytes[on_gpu].sum())
-    w_cpu = float(table.nbytes[~on_gpu].sum())  # the token embeddings included
-    final = sc.prompt + sc.generate
-    kv_layers = kv.layer_bytes(sc.setup.cache_model, final, sc.setup.kv) * sc.batch
-    kv_gpu = 0.0 if o.no_kv_offload else float(kv_layers[layer_on_gpu[:-1]].sum())
-    kv_cpu = float(kv_layers.sum()) - kv_gpu
+    held = _held(sc)
+    table, on_gpu, w_cpu = held.table, held.on_gpu, held.w_cpu
+    w_gpu, kv_gpu, kv_cpu, paged = held.w_gpu, held.kv_gpu, held.kv_cpu, held.paged
     ttft = prefill.ttft(sc, table, on_gpu)  # ubatches; ops on host weights where they run
-    # mmap: weights past host capacity stay file pages, read back from disk every step
-    paged = paged_bytes(sc, w_cpu, kv_cpu)
-    if paged:
+    if paged:  # mmap: weights past host capacity stay file pages, read back from disk every step
         step_read = float(_read_bytes(sc, table, sc.batch)[~on_gpu].sum()) / w_cpu
         disk_s = paged * step_read / system.storage.read_bandwidth.value
         tpot = tpot + disk_s
     else:
         disk_s = 0.0
-    mem = decode.Memory(
-        gpu=np.asarray(w_gpu + kv_gpu),
-        cpu=np.asarray(w_cpu + kv_cpu - paged),
-        disk=np.asarray(paged),
-        staging=np.asarray(0.0),
-    )
+    mem = held.memory
     first = int(np.argmax(layer_on_gpu)) if layer_on_gpu.any() else model.n_layers + 1
     where = (
         "all on the CPU"
@@ -156,4 +188,5 @@ ENGINE = EngineSpec(
         "options.override_tensor instead",
     ),
     prefix_cache=PrefixCache(tiers=("gpu", "cpu"), rule=cache_rule),
+    memory=memory,
 )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 
 import numpy as np
@@ -36,23 +35,26 @@ def _hand_overs(sc: Scenario, table: TensorTable, on_gpu: np.ndarray) -> tuple[i
     the op they follow), and its attention where its KV lives, after the attention projections;
     the token embedding is looked up in host memory and the logits are sampled there.
     """
+    n_layers = sc.model.n_layers
     _, layer_on_gpu = placement(sc)
     kv_on_gpu = layer_on_gpu[:-1] & (not sc.options.no_kv_offload)
     norms = tensor_groups.GROUPS.index("norms")
     attention = tensor_groups.GROUPS.index("attention")
-    is_op = (table.group != norms) & np.array([not n.endswith(".bias") for n in table.names])
-    seq = [False]  # False: host, True: GPU; the embedding lookup runs on the host
-    for p in range(sc.model.n_layers):
-        ops = np.flatnonzero((table.position == p) & is_op)
-        attn = [i for i in ops if table.group[i] == attention]
-        rest = [i for i in ops if table.group[i] != attention]
-        seq += (
-            [bool(on_gpu[i]) for i in attn] + [bool(kv_on_gpu[p])] + [bool(on_gpu[i]) for i in rest]
-        )
-    head = np.flatnonzero((table.position == sc.model.n_layers) & is_op)
-    seq += [bool(on_gpu[i]) for i in head] + [False]  # sampling on the host
-    ups = sum((not a) and b for a, b in itertools.pairwise(seq))
-    downs = sum(a and (not b) for a, b in itertools.pairwise(seq))
+    bias = np.char.endswith(np.asarray(table.names, dtype=str), ".bias")
+    ops = np.flatnonzero((table.group != norms) & ~bias & (table.position >= 0))
+    ops = ops[table.position[ops] <= n_layers]
+    pos = table.position[ops]
+    # within a layer: the attention projections (0), its attention (1), the other ops (2), each
+    # in table order; the output layer's ops in table order
+    rank = np.where((table.group[ops] == attention) & (pos < n_layers), 0, 2)
+    keys_pos = np.concatenate([pos, np.arange(n_layers)])
+    keys_rank = np.concatenate([rank, np.ones(n_layers, dtype=rank.dtype)])
+    keys_order = np.concatenate([ops, np.zeros(n_layers, dtype=ops.dtype)])
+    where = np.concatenate([np.asarray(on_gpu, dtype=bool)[ops], np.asarray(kv_on_gpu, bool)])
+    inner = where[np.lexsort((keys_order, keys_rank, keys_pos))]
+    seq = np.concatenate([[False], inner, [False]])  # embedding lookup and sampling on the host
+    ups = int(np.count_nonzero(~seq[:-1] & seq[1:]))
+    downs = int(np.count_nonzero(seq[:-1] & ~seq[1:]))
     return ups, downs
 
 
