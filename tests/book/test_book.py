@@ -176,24 +176,27 @@ def _site(root: Path) -> dict[str, bytes]:
 
 def test_a_prose_edit_executes_nothing_and_gives_the_site_a_clean_build_gives(built_book, tmp_path):
     """A prose-only edit re-renders from the stored runs (nothing executes) and Sphinx re-reads
-    only what changed; the site is byte for byte the one a cold build of the edited book gives
-    (every chapter executed again in fresh kernels, Sphinx from nothing)."""
+    only what changed; undone, the site is byte for byte the session's cold build (every chapter
+    executed in fresh kernels, Sphinx from nothing): no stale page, search entry or link."""
     root, _ = built_book
     warm = tmp_path / "warm"
     shutil.copytree(root, warm, symlinks=True)
     chapter = warm / "notebooks" / "01_memory_tiers.md"
     text = chapter.read_text(encoding="utf-8")
     assert text.count("## Overview\n") == 1
-    chapter.write_text(text.replace("## Overview\n", "## Overview\n\nAn edited sentence.\n"))
-    again = build_book(warm, BOOK_PROFILES, n_jobs=2, progress=False)
-    assert again.executed == 0 and again.rendered == len(BOOK_PROFILES) and again.built
-    page = warm / "_build/html/book/generated/t4-pcie3/01_memory_tiers.html"
-    assert "An edited sentence." in page.read_text(encoding="utf-8")
-    cold = copy_book_sources(tmp_path / "cold")
-    shutil.copy2(chapter, cold / "notebooks" / chapter.name)
-    fresh = build_book(cold, BOOK_PROFILES, n_jobs=2, progress=False)
-    assert fresh.executed == len(again.outcomes)
-    warm_site, cold_site = _site(warm), _site(cold)
+    chapter.write_text(text.replace("## Overview\n", "## Overview\n\nAn edited quokka sentence.\n"))
+    edited = build_book(warm, BOOK_PROFILES, n_jobs=2, progress=False)
+    assert edited.executed == 0 and edited.rendered == len(BOOK_PROFILES) and edited.built
+    cold_site, edited_site = _site(root), _site(warm)
+    page = "book/generated/t4-pcie3/01_memory_tiers.html"
+    assert "An edited quokka sentence." in edited_site[page].decode()
+    assert (
+        b"quokka" in edited_site["searchindex.js"] and b"quokka" not in cold_site["searchindex.js"]
+    )
+    chapter.write_text(text, encoding="utf-8")
+    undone = build_book(warm, BOOK_PROFILES, n_jobs=2, progress=False)
+    assert undone.executed == 0 and undone.built
+    warm_site = _site(warm)
     assert sorted(warm_site) == sorted(cold_site)
     assert [p for p in warm_site if warm_site[p] != cold_site[p]] == []
 

@@ -1,0 +1,145 @@
+"""What the browser tests of the built pages share: the pages, one load, the chart checks."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from pathlib import Path
+
+from tests.support.browser import block_offhost
+
+PHONE = {"width": 390, "height": 844}
+NARROWEST = {"width": 360, "height": 740}
+DESKTOP = {"width": 1440, "height": 900}
+CAPTION = re.compile(r"^Figure (\d+)\.(\d+): \S")
+# the number of drawn marks in a chart's SVG: a path inside a group of data marks (symbols,
+# rects, lines, areas) that covers an area, or a line that has a length; axes, legends, rules and
+# text do not count, nor does a bar of zero width (what a log axis from zero leaves)
+MARKS_JS = """el => {
+  const svg = el.querySelector('svg');
+  if (!svg) return -1;
+  let n = 0;
+  for (const g of svg.querySelectorAll('g.role-mark')) {
+    const line = g.classList.contains('mark-line');
+    for (const p of g.querySelectorAll('path')) {
+      const d = p.getAttribute('d') || '';
+      if (d.includes('NaN')) continue;
+      const b = p.getBBox();
+      if ((b.width > 0.5 && b.height > 0.5) || (line && (b.width > 0.5 || b.height > 0.5))) n++;
+    }
+  }
+  return n;
+}"""
+# how far (px) the chart's SVG, or the chart itself, reaches past its container or the viewport
+OVERFLOW_JS = """el => {
+  const svg = el.querySelector('svg');
+  const box = el.getBoundingClientRect(), s = svg.getBoundingClientRect();
+  const parent = el.parentElement.getBoundingClientRect();
+  return Math.max(s.right - box.right, box.right - parent.right, s.right - window.innerWidth,
+                  -s.left, 0);
+}"""
+# at this width, what is wrong with the page: wider than the screen, a table that spills out with
+# no scrolling box to hold it, a kvoffload table whose key (first) column is out of view
+LAYOUT_JS = """() => {
+  const w = window.innerWidth, out = [];
+  const wide = Math.max(document.documentElement.scrollWidth, document.body.scrollWidth);
+  if (wide > w) out.push('page is ' + wide + ' px wide');
+  for (const t of document.querySelectorAll('table')) {
+    let box = t.parentElement;
+    while (box && !['auto', 'scroll', 'hidden'].includes(getComputedStyle(box).overflowX))
+      box = box.parentElement;
+    const label = t.id || t.className || 'table';
+    if (t.getBoundingClientRect().right > w + 1 &&
+        (!box || box.getBoundingClientRect().right > w + 1))
+      out.push(label + ' spills out of the page: no scrolling box holds it');
+    const first = t.querySelector('tbody tr > :first-child');
+    if (t.classList.contains('kvoffload-table') && first &&
+        first.getBoundingClientRect().right > w + 1)
+      out.push(label + ': its key column is out of view');
+  }
+  return out;
+}"""
+REFRESH = re.compile(r'<meta http-equiv="refresh"', re.IGNORECASE)
+
+
+def site_pages(root: Path) -> list[str]:
+    """Return every page of the built site relative to its root, the redirects aside."""
+    html = root / "_build" / "html"
+    return sorted(
+        p.relative_to(html).as_posix()
+        for p in html.rglob("*.html")
+        if not {"_static", "_sources", "_images"} & set(p.relative_to(html).parts)
+        and not REFRESH.match(p.read_text(encoding="utf-8", errors="replace").lstrip())
+    )
+
+
+def chart_pages(root: Path) -> list[str]:
+    """Return the site's pages that hold a chart."""
+    html = root / "_build" / "html"
+    return [rel for rel in site_pages(root) if "kvoffload-chart" in (html / rel).read_text()]
+
+
+def load(browser, url: str, viewport: dict, dark: bool = False):
+    """Open ``url`` at ``viewport``; return the page, its errors and warnings, off-host requests."""
+    context = browser.new_context(viewport=viewport)
+    if dark:
+        context.add_init_script(
+            "localStorage.setItem('theme', 'dark'); localStorage.setItem('mode', 'dark');"
+        )
+    page = context.new_page()
+    messages: list[str] = []
+    page.on(
+        "console",
+        lambda m: (
+            messages.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None
+        ),
+    )
+    page.on("pageerror", lambda e: messages.append(f"pageerror: {e}"))
+    offhost = block_offhost(page)
+    page.goto(url, wait_until="load")
+    n = page.locator(".kvoffload-chart").count()
+    if n:
+        page.wait_for_function(
+            "n => document.querySelectorAll('.kvoffload-chart svg').length >= n",
+            arg=n,
+            timeout=20000,
+        )
+        page.wait_for_timeout(150)  # a container-sized chart re-renders once it knows its width
+    return page, messages, offhost
+
+
+def resize(page, viewport: dict) -> None:
+    """Set the page's viewport and wait until every chart has re-rendered to its container (or
+    5 s have passed: the fit check then says which chart does not fit)."""
+    from playwright.sync_api import TimeoutError as Timeout
+
+    page.set_viewport_size(viewport)
+    every_fits = f"() => [...document.querySelectorAll('.kvoffload-chart')].every(el => ({OVERFLOW_JS})(el) <= 1)"
+    with contextlib.suppress(Timeout):  # check_fit then names the chart that does not fit
+        page.wait_for_function(every_fits, timeout=5000)
+
+
+def check_charts(page, rel: str, messages: list[str], offhost: list[str]) -> None:
+    """Assert every chart on the page draws marks inside one numbered caption, cleanly."""
+    charts = page.locator(".kvoffload-chart")
+    numbers = []
+    for i in range(charts.count()):
+        chart = charts.nth(i)
+        assert chart.evaluate(MARKS_JS) >= 1, f"{rel}: chart {i} draws no mark"
+        caption = chart.locator("xpath=ancestor::figure[1]/figcaption")
+        assert caption.count() == 1, f"{rel}: chart {i} has no caption"
+        match = CAPTION.match(caption.inner_text().strip())
+        assert match, f"{rel}: chart {i} caption {caption.inner_text()!r}"
+        numbers.append((int(match[1]), int(match[2])))
+    assert [n for _, n in numbers] == list(range(1, len(numbers) + 1)), (rel, numbers)
+    assert len({c for c, _ in numbers}) == 1, (rel, numbers)
+    assert not messages, f"{rel}: {messages}"
+    assert not offhost, f"{rel}: requested {offhost}"
+
+
+def check_fit(page, rel: str) -> None:
+    """Assert no chart reaches past its container or the viewport."""
+    charts = page.locator(".kvoffload-chart")
+    for i in range(charts.count()):
+        over = charts.nth(i).evaluate(OVERFLOW_JS)
+        assert over <= 1, f"{rel}: chart {i} reaches {over:.0f} px past its container"
