@@ -108,15 +108,27 @@ def load(browser, url: str, viewport: dict, dark: bool = False):
     return page, messages, offhost
 
 
+# a container-sized chart fills its container (its SVG as wide as the chart's box)
+FULL_JS = "el => Math.abs(el.querySelector('svg').getBoundingClientRect().width - el.getBoundingClientRect().width) <= 2"
+
+
 def resize(page, viewport: dict) -> None:
-    """Set the page's viewport and wait until every chart has re-rendered to its container (or
-    5 s have passed: the fit check then says which chart does not fit)."""
+    """Set the page's viewport and wait until every chart has re-rendered: each that filled its
+    container fills it again, and every one fits (or 5 s have passed: check_fit then names the
+    chart that does not fit)."""
     from playwright.sync_api import TimeoutError as Timeout
 
+    page.evaluate(
+        f"() => document.querySelectorAll('.kvoffload-chart').forEach(el => "
+        f"el.dataset.kvoFull = ({FULL_JS})(el) ? '1' : '')"
+    )
     page.set_viewport_size(viewport)
-    every_fits = f"() => [...document.querySelectorAll('.kvoffload-chart')].every(el => ({OVERFLOW_JS})(el) <= 1)"
-    with contextlib.suppress(Timeout):  # check_fit then names the chart that does not fit
-        page.wait_for_function(every_fits, timeout=5000)
+    settled = (
+        "() => [...document.querySelectorAll('.kvoffload-chart')].every(el => "
+        f"({OVERFLOW_JS})(el) <= 1 && (!el.dataset.kvoFull || ({FULL_JS})(el)))"
+    )
+    with contextlib.suppress(Timeout):
+        page.wait_for_function(settled, timeout=5000)
 
 
 def check_charts(page, rel: str, messages: list[str], offhost: list[str]) -> None:

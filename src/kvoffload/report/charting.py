@@ -272,7 +272,31 @@ def to_html(chart: alt.TopLevelMixin) -> str:
         "  function draw() {\n"
         f'    var el = document.getElementById("{div}");\n'
         '    if (!window.vegaEmbed) { el.textContent = "(chart: the local Vega bundle did not load)"; return; }\n'
-        '    window.vegaEmbed(el, spec, {actions: false, renderer: "svg"}).catch(function (e) { console.error(e); });\n'
+        '    window.vegaEmbed(el, spec, {actions: false, renderer: "svg"})\n'
+        "      .then(function () { refit(el.parentElement); })\n"
+        "      .catch(function (e) { console.error(e); });\n"
+        "  }\n"
+        # Vega re-reads a container's width on the window's resize event only: a column that
+        # changes width after it (a sidebar sliding in as a phone's page widens to a desktop's)
+        # would leave the chart as wide as the column was mid-way. One observer per page sends
+        # one more resize event, once a frame at most, whenever a chart's column changes width.
+        "  function refit(column) {\n"
+        "    if (!column || !window.ResizeObserver) { return; }\n"
+        "    if (!window.kvoRefit) {\n"
+        "      var queued = false, widths = new WeakMap();\n"
+        "      var observer = new ResizeObserver(function (entries) {\n"
+        "        var changed = entries.some(function (e) {\n"
+        "          var w = Math.round(e.contentRect.width), was = widths.get(e.target);\n"
+        "          widths.set(e.target, w);\n"
+        "          return was !== undefined && was !== w;\n"
+        "        });\n"
+        "        if (!changed || queued) { return; }\n"
+        "        queued = true;\n"
+        '        window.requestAnimationFrame(function () { queued = false; window.dispatchEvent(new Event("resize")); });\n'
+        "      });\n"
+        "      window.kvoRefit = function (node) { observer.observe(node); };\n"
+        "    }\n"
+        "    window.kvoRefit(column);\n"
         "  }\n"
         '  if (document.readyState === "complete") { draw(); } else { window.addEventListener("load", draw); }\n'
         "})();\n"
