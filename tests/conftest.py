@@ -75,24 +75,47 @@ def write(tmp_path: Path):
     return put
 
 
-@pytest.fixture(scope="session")
-def built_book(tmp_path_factory):
-    """Build the book for two profiles in a copy of the sources; return (root, result).
-
-    Built once per run: under pytest-xdist the first worker to ask builds it in the run's shared
-    temporary folder, under a lock, and the others wait and read the same site. Tests use it
-    read-only (a no-op rebuild included); one that edits the book works on a copy.
-    """
-    from kvoffload.bookbuild.site import build_book
-
+def _once(tmp_path_factory, name: str, make):
+    """Return ``make()``, made once per run: under pytest-xdist the first worker to ask makes it
+    in the run's shared temporary folder, under a lock, and the others wait and read it."""
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    root = shared / "built-book"
-    stored = shared / "built-book.pickle"
-    with (shared / "built-book.lock").open("w") as lock:
+    stored = shared / f"{name}.pickle"
+    with (shared / f"{name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if not stored.exists():
-            copy_book_sources(root)
-            result = build_book(root, BOOK_PROFILES, n_jobs=2, progress=False)
-            stored.write_bytes(pickle.dumps(result))
-    return root, pickle.loads(stored.read_bytes())
+            stored.write_bytes(pickle.dumps(make(shared)))
+    return pickle.loads(stored.read_bytes())
+
+
+@pytest.fixture(scope="session")
+def calculator_data(tmp_path_factory) -> dict:
+    """The calculator page's data (studies/calculator_data), computed once per run: its advise
+    table is the costliest thing the book derives from the package alone."""
+    from kvoffload.studies.calculator_data import calculator_data as compute
+
+    return _once(tmp_path_factory, "calculator-data", lambda _shared: compute())
+
+
+@pytest.fixture(scope="session")
+def built_book(tmp_path_factory, calculator_data):
+    """Build the book for two profiles in a copy of the sources; return (root, result).
+
+    Built once per run (see _once). Tests use it read-only (a no-op rebuild included); one that
+    edits the book works on a copy. The calculator's files are the run's ``calculator_data``'s,
+    stored where the build keeps what it derives from the package alone, so it does not compute
+    them a second time.
+    """
+    from kvoffload.bookbuild.runner import package_memo
+    from kvoffload.bookbuild.site import DERIVED, build_book
+    from kvoffload.report import calculator_page
+
+    def build(shared):
+        root = shared / "built-book"
+        copy_book_sources(root)
+        package_memo(
+            root / DERIVED, "calculator", lambda: calculator_page.site_files(calculator_data)
+        )
+        return root, build_book(root, BOOK_PROFILES, n_jobs=2, progress=False)
+
+    return _once(tmp_path_factory, "built-book", build)

@@ -51,13 +51,13 @@ TOLERANCE = 1e-3  # the issue's 0.1%
 
 
 @pytest.fixture(scope="module")
-def page(tmp_path_factory):
+def page(tmp_path_factory, calculator_data):
     """The calculator page open in Chromium, with off-host requests aborted and recorded."""
     chromium = require_chromium()
     from playwright.sync_api import sync_playwright
 
     root = tmp_path_factory.mktemp("calculator")
-    calculator_page.write_calculator(root)
+    calculator_page.write_files(root, calculator_page.site_files(calculator_data))
     errors: list[str] = []
     with serve(root) as base, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=ARGS)

@@ -14,6 +14,9 @@ import pytest
 
 from tests.support.paths import REPO
 
+# the module's tests share one core install (its fixture): they run on one worker
+pytestmark = pytest.mark.xdist_group("core-install")
+
 BOOK_ONLY = (
     "pandas",
     "altair",

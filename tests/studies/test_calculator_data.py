@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 
 import numpy as np
@@ -19,8 +20,8 @@ from kvoffload.studies import calculator_data as cd
 
 
 @pytest.fixture(scope="module")
-def data():
-    return cd.calculator_data()
+def data(calculator_data):
+    return copy.deepcopy(calculator_data)  # the run's, which other modules read too
 
 
 def test_the_export_holds_every_catalog_machine_model_and_format_as_strict_json(data):

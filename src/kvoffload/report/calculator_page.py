@@ -343,8 +343,3 @@ def write_files(root: Path, files: dict[str, bytes]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(body)
     return root / PAGE
-
-
-def write_calculator(root: Path) -> Path:
-    """Write the calculator page, its script and stylesheet under ``root``; return the page."""
-    return write_files(root, site_files())
