@@ -30,13 +30,13 @@ $(STAMP): requirements.lock pyproject.toml
 book: $(STAMP)
 	$(BIN)/kvoffload book $(if $(JOBS),--jobs $(JOBS),) $(if $(PROFILES),--profiles $(PROFILES),)
 
-# The whole suite on two workers (pytest-xdist); tests that share the session's book build run on
-# one worker (their xdist_group), so it is built once.
+# The whole suite on two workers (pytest-xdist). The session's book is built once, in the background
+# from the start, while the other tests run (tests/conftest.py); the tests that read it run last.
 test: $(STAMP)
 	$(BIN)/ruff check src tests
 	$(BIN)/ruff format --check src tests
 	$(BIN)/lint-imports --no-cache --no-logo
-	$(BIN)/python -m pytest -n $(or $(TEST_WORKERS),2) --dist loadgroup
+	$(BIN)/python -m pytest -n $(or $(TEST_WORKERS),2)
 
 # The inputs and the cost model alone: seconds, for the edit-test loop.
 test-fast: $(STAMP)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import pickle
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -14,7 +12,14 @@ from pathlib import Path
 import pytest
 
 from kvoffload.cli import main
-from tests.support.paths import BOOK_PROFILES, copy_book_sources
+from tests.support.shared import (
+    BOOK,
+    CALCULATOR,
+    shared_dir,
+    start_book_build,
+    stop_book_build,
+    wait_for,
+)
 
 
 @dataclass
@@ -75,47 +80,35 @@ def write(tmp_path: Path):
     return put
 
 
-def _once(tmp_path_factory, name: str, make):
-    """Return ``make()``, made once per run: under pytest-xdist the first worker to ask makes it
-    in the run's shared temporary folder, under a lock, and the others wait and read it."""
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    stored = shared / f"{name}.pickle"
-    with (shared / f"{name}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        if not stored.exists():
-            stored.write_bytes(pickle.dumps(make(shared)))
-    return pickle.loads(stored.read_bytes())
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected what they deselect
+def pytest_collection_modifyitems(config, items):
+    """Start the session's book build in the background as soon as a test needs it, and run the
+    tests that need it (or the calculator's data it computes first) after all the others."""
+    needs = [i for i in items if {"built_book", "calculator_data"} & set(i.fixturenames)]
+    if needs:
+        start_book_build(shared_dir(config._tmp_path_factory))
+        others = [i for i in items if not {"built_book", "calculator_data"} & set(i.fixturenames)]
+        items[:] = others + needs
+
+
+def pytest_sessionfinish(session):
+    """Stop the background book build if no test waited for it (an early stop, say)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # the run itself, after every worker
+        stop_book_build(shared_dir(session.config._tmp_path_factory))
 
 
 @pytest.fixture(scope="session")
 def calculator_data(tmp_path_factory) -> dict:
-    """The calculator page's data (studies/calculator_data), computed once per run: its advise
-    table is the costliest thing the book derives from the package alone."""
-    from kvoffload.studies.calculator_data import calculator_data as compute
-
-    return _once(tmp_path_factory, "calculator-data", lambda _shared: compute())
+    """The calculator page's data (studies/calculator_data), computed once per run by the
+    background book build: its advise table is the costliest thing the book derives."""
+    return wait_for(shared_dir(tmp_path_factory), CALCULATOR)
 
 
 @pytest.fixture(scope="session")
-def built_book(tmp_path_factory, calculator_data):
-    """Build the book for two profiles in a copy of the sources; return (root, result).
+def built_book(tmp_path_factory):
+    """The book built for two profiles in a copy of the sources, once per run and in the
+    background from the run's start (tests/support/book_build.py); return (root, result).
 
-    Built once per run (see _once). Tests use it read-only (a no-op rebuild included); one that
-    edits the book works on a copy. The calculator's files are the run's ``calculator_data``'s,
-    stored where the build keeps what it derives from the package alone, so it does not compute
-    them a second time.
+    Tests use it read-only (a no-op rebuild included); one that edits the book works on a copy.
     """
-    from kvoffload.bookbuild.runner import package_memo
-    from kvoffload.bookbuild.site import DERIVED, build_book
-    from kvoffload.report import calculator_page
-
-    def build(shared):
-        root = shared / "built-book"
-        copy_book_sources(root)
-        package_memo(
-            root / DERIVED, "calculator", lambda: calculator_page.site_files(calculator_data)
-        )
-        return root, build_book(root, BOOK_PROFILES, n_jobs=2, progress=False)
-
-    return _once(tmp_path_factory, "built-book", build)
+    return wait_for(shared_dir(tmp_path_factory), BOOK)

@@ -13,9 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.paths import REPO
-
-# the module's tests share one core install (its fixture): they run on one worker
-pytestmark = pytest.mark.xdist_group("core-install")
+from tests.support.shared import once
 
 BOOK_ONLY = (
     "pandas",
@@ -62,10 +60,10 @@ def _run(cmd: list[str | Path], cwd: Path, timeout: float = 120) -> subprocess.C
     )
 
 
-@pytest.fixture(scope="module")
-def core(tmp_path_factory) -> tuple[Path, Path]:
-    """Return (venv, work folder): kvoffload installed, not editable, with only its core deps."""
-    tmp = tmp_path_factory.mktemp("core-install")
+def _core_install(shared: Path) -> Path:
+    """Install kvoffload (not editable) with only its core dependencies; return the venv."""
+    tmp = shared / "core-install"
+    tmp.mkdir()
     # pip builds a local folder in place (build/ and *.egg-info beside the sources): build a copy
     source = tmp / "source"
     source.mkdir()
@@ -82,9 +80,16 @@ def core(tmp_path_factory) -> tuple[Path, Path]:
     pip = [venv / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     installed = _run([*pip, "-c", REPO / "requirements.lock", source], cwd=tmp, timeout=300)
     assert installed.returncode == 0, installed.stdout + installed.stderr
-    work = tmp / "work"
-    work.mkdir()
-    return venv, work
+    return venv
+
+
+@pytest.fixture(scope="module")
+def core(tmp_path_factory) -> tuple[Path, Path]:
+    """Return (venv, work folder): kvoffload installed, not editable, with only its core deps.
+
+    The install is made once per run (every worker's tests use it read-only); the work folder
+    is this module's own."""
+    return once(tmp_path_factory, "core-install", _core_install), tmp_path_factory.mktemp("work")
 
 
 def test_only_the_core_dependencies_are_installed(core):
