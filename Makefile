@@ -30,13 +30,14 @@ $(STAMP): requirements.lock pyproject.toml
 book: $(STAMP)
 	$(BIN)/kvoffload book $(if $(JOBS),--jobs $(JOBS),) $(if $(PROFILES),--profiles $(PROFILES),)
 
-# The whole suite on two workers (pytest-xdist). The session's book is built once, in the background
-# from the start, while the other tests run (tests/conftest.py); the tests that read it run last.
+# The whole suite on three workers (pytest-xdist): on two cores, the browser and subprocess tests
+# leave one idle much of the time. The session's book is built once, in the background from the
+# start, while the other tests run (tests/conftest.py); the tests that read it run last.
 test: $(STAMP)
 	$(BIN)/ruff check src tests
 	$(BIN)/ruff format --check src tests
 	$(BIN)/lint-imports --no-cache --no-logo
-	$(BIN)/python -m pytest -n $(or $(TEST_WORKERS),2)
+	$(BIN)/python -m pytest -n $(or $(TEST_WORKERS),3)
 
 # The inputs and the cost model alone: seconds, for the edit-test loop.
 test-fast: $(STAMP)

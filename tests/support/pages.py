@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import re
 from pathlib import Path
 
@@ -104,7 +103,7 @@ def load(browser, url: str, viewport: dict, dark: bool = False):
             arg=n,
             timeout=20000,
         )
-        page.wait_for_timeout(150)  # a container-sized chart re-renders once it knows its width
+        settle(page)  # a container-sized chart re-renders once it knows its width
     return page, messages, offhost
 
 
@@ -112,23 +111,43 @@ def load(browser, url: str, viewport: dict, dark: bool = False):
 FULL_JS = "el => Math.abs(el.querySelector('svg').getBoundingClientRect().width - el.getBoundingClientRect().width) <= 2"
 
 
-def resize(page, viewport: dict) -> None:
-    """Set the page's viewport and wait until every chart has re-rendered: each that filled its
-    container fills it again, and every one fits (or 5 s have passed: check_fit then names the
-    chart that does not fit)."""
-    from playwright.sync_api import TimeoutError as Timeout
+# resolves once every chart has settled: each fits its container, each that filled its container
+# (data-kvo-full) fills it again, and no chart's box has changed width for 200 ms (a column still
+# sliding into place re-renders its charts); false after ``limit`` ms
+SETTLE_JS = f"""limit => new Promise(done => {{
+  const charts = [...document.querySelectorAll('.kvoffload-chart')];
+  const over = {OVERFLOW_JS}, full = {FULL_JS};
+  const start = performance.now();
+  let widths = '', since = start;
+  const look = () => {{
+    const now = performance.now();
+    const w = charts.map(el => Math.round(el.getBoundingClientRect().width) + ':' +
+      Math.round((el.querySelector('svg') || el).getBoundingClientRect().width)).join(',');
+    if (w !== widths) {{ widths = w; since = now; }}
+    const ok = charts.every(el => el.querySelector('svg') && over(el) <= 1 &&
+                                  (!el.dataset.kvoFull || full(el)));
+    if (ok && now - since >= 200) return done(true);
+    if (now - start > limit) return done(false);
+    requestAnimationFrame(look);
+  }};
+  requestAnimationFrame(look);
+}})"""
 
+
+def settle(page, limit_ms: int = 10_000) -> bool:
+    """Wait until every chart on the page has settled (SETTLE_JS); False if it never did, and
+    check_fit then names the chart that does not fit."""
+    return page.evaluate(SETTLE_JS, limit_ms)
+
+
+def resize(page, viewport: dict) -> None:
+    """Set the page's viewport and wait until every chart has re-rendered to its new width."""
     page.evaluate(
         f"() => document.querySelectorAll('.kvoffload-chart').forEach(el => "
         f"el.dataset.kvoFull = ({FULL_JS})(el) ? '1' : '')"
     )
     page.set_viewport_size(viewport)
-    settled = (
-        "() => [...document.querySelectorAll('.kvoffload-chart')].every(el => "
-        f"({OVERFLOW_JS})(el) <= 1 && (!el.dataset.kvoFull || ({FULL_JS})(el)))"
-    )
-    with contextlib.suppress(Timeout):
-        page.wait_for_function(settled, timeout=5000)
+    settle(page)
 
 
 def check_charts(page, rel: str, messages: list[str], offhost: list[str]) -> None:
