@@ -198,6 +198,25 @@ def cache_rule(sc: Scenario) -> CacheRule:
     )
 
 
+def memory(sc: Scenario) -> decode.Memory:
+    """Return vLLM's memory for the scenario: the step model's for its setup, with several GPUs
+    the latent cache whole on each, the GPU share it leaves unused, and the connector's buffers."""
+    o, tp = sc.options, sc.system.gpu.count
+    setup, _, _ = _setup(sc)
+    final = sc.prompt + sc.generate
+    mem = decode.memory(setup, final, sc.batch)
+    if tp > 1 and sc.model.mla:  # the latent cache is whole on every GPU
+        latent = float(kv.batch_bytes(sc.model, final, sc.batch, sc.setup.kv))
+        mem = replace(mem, gpu=mem.gpu + (tp - 1) * latent)
+    host, disk = _host_cache_bytes(o, tp)
+    return decode.Memory(
+        gpu=mem.gpu + (1 - o.gpu_memory_utilization) * sc.system.gpu_memory,
+        cpu=mem.cpu + host,
+        disk=mem.disk + disk,
+        staging=mem.staging,
+    )
+
+
 def predict(sc: Scenario) -> Prediction:
     """Return vLLM's prediction: weights streamed over the link (UVA) in every step, prefix reuse;
     with several GPUs, one tensor-parallel group."""
@@ -217,17 +236,10 @@ def predict(sc: Scenario) -> Prediction:
     # each GPU reloads its own part of the hit over its own link
     reload = hit * prompt_kv / tp / system.copy_rate("h2d", pinned=placement.pinned)
     ttft = (1 - hit) * pred.ttft_s + reload
-    host, disk = _host_cache_bytes(o, tp)
-    mem = decode.Memory(
-        gpu=pred.memory.gpu + (1 - o.gpu_memory_utilization) * sc.system.gpu_memory,
-        cpu=pred.memory.cpu + host,
-        disk=pred.memory.disk + disk,
-        staging=pred.memory.staging,
-    )
     return replace(
         pred,
         ttft_s=ttft,
-        memory=mem,
+        memory=memory(sc),
         by_overlap_s={},
         settings={
             "cpu_offload_gb": o.cpu_offload_gb,
@@ -272,11 +284,6 @@ def _tensor_parallel(sc: Scenario, setup: decode.Setup, pred: Prediction, tp: in
     comm_prefill = float(np.dot(lay.count, np.where(is_head, 0.0, 1.0))) * 2 * _all_reduce_s(
         system, hidden * sc.prompt, tp
     ) + _gather_s(system, sc.batch * model.vocab * act, tp)
-    mem = pred.memory
-    if model.mla:  # the latent cache is whole on every GPU
-        final = sc.prompt + sc.generate
-        latent = float(kv.batch_bytes(model, final, sc.batch, sc.setup.kv))
-        mem = replace(mem, gpu=mem.gpu + (tp - 1) * latent)
     streams = dict(pred.streams_s)
     streams["gpu"] = float(gpu_s)
     streams["h2d"] = float(link @ lay.count)
@@ -285,7 +292,6 @@ def _tensor_parallel(sc: Scenario, setup: decode.Setup, pred: Prediction, tp: in
         tpot_s=float(step),
         ttft_s=pred.ttft_s / tp + comm_prefill,
         streams_s=streams,
-        memory=mem,
     )
 
 
@@ -303,4 +309,5 @@ ENGINE = EngineSpec(
     },
     routing_ignored=((), ""),
     prefix_cache=PrefixCache(tiers=("gpu", "cpu", "disk"), rule=cache_rule),
+    memory=memory,
 )
