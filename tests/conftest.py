@@ -80,6 +80,11 @@ def write(tmp_path: Path):
     return put
 
 
+# the modules whose tests read the book and take longest (tens of seconds each), longest first
+LONGEST_FIRST = ("test_browser_pages.py", "test_browser_calculator.py", "test_book.py",
+                 "test_browser_mobile_nav.py")  # fmt: skip
+
+
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected what they deselect
 def pytest_collection_modifyitems(config, items):
     """Start the session's book build in the background as soon as a test needs it, and run the
@@ -88,6 +93,9 @@ def pytest_collection_modifyitems(config, items):
     if needs:
         start_book_build(shared_dir(config._tmp_path_factory))
         others = [i for i in items if not {"built_book", "calculator_data"} & set(i.fixturenames)]
+        # the longest of them first, so that the run does not end on one worker alone
+        first = {m: n for n, m in enumerate(LONGEST_FIRST)}
+        needs.sort(key=lambda i: first.get(i.path.name, len(first)))
         items[:] = others + needs
 
 
