@@ -15,6 +15,7 @@ from pathlib import Path
 from kvoffload.bookbuild.errors import BuildError
 from kvoffload.bookbuild.sphinx_run import INIT, WHEN_TOLD
 
+STAMP = ".kvoffload-inputs"  # in the site: the digest of the inputs it was built from
 OFFSITE = re.compile(
     r"""<(?:script|link)\b[^>]*?(?:src|href)\s*=\s*["'](?:https?:)?//""", re.IGNORECASE
 )
@@ -253,5 +254,5 @@ def build_and_swap(
             f"pages load a script or stylesheet from another host: {', '.join(offsite[:5])}"
         )
     if stamp is not None:
-        (new_html / ".kvoffload-inputs").write_text(stamp)
+        (new_html / STAMP).write_text(stamp)
     swap_in(new_html, target)

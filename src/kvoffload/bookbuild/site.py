@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvoffload.bookbuild.assets import vendor_assets
-from kvoffload.bookbuild.jupyterbook import WarmSphinx, build_and_swap
+from kvoffload.bookbuild.jupyterbook import STAMP, WarmSphinx, build_and_swap
 from kvoffload.bookbuild.lock import exclusive
 from kvoffload.bookbuild.pages import prune, refuse_error_outputs, write_pages
 from kvoffload.bookbuild.profiles import ordered_profiles, plan, resolve_profile
@@ -142,7 +142,7 @@ def _build(
     refuse_error_outputs(generated)
     vendor_assets(root / "book" / "_static")
     html = root / "_build" / "html"
-    stamp = html / ".kvoffload-inputs"
+    stamp = html / STAMP
     # calculator.html at the site's root: derived from the package alone, kept until it changes
     calculator = package_memo(root / DERIVED, "calculator", calculator_page.site_files)
     digest = _inputs_digest(root, calculator)
