@@ -89,10 +89,11 @@ LONGEST_FIRST = ("test_browser_pages.py", "test_browser_calculator.py", "test_bo
 def pytest_collection_modifyitems(config, items):
     """Start the session's book build in the background as soon as a test needs it, and run the
     tests that need it (or the calculator's data it computes first) after all the others."""
-    needs = [i for i in items if {"built_book", "calculator_data"} & set(i.fixturenames)]
+    reads = [bool({"built_book", "calculator_data"} & set(i.fixturenames)) for i in items]
+    needs = [i for i, r in zip(items, reads, strict=True) if r]
     if needs:
         start_book_build(shared_dir(config._tmp_path_factory))
-        others = [i for i in items if not {"built_book", "calculator_data"} & set(i.fixturenames)]
+        others = [i for i, r in zip(items, reads, strict=True) if not r]
         # the longest of them first, so that the run does not end on one worker alone
         first = {m: n for n, m in enumerate(LONGEST_FIRST)}
         needs.sort(key=lambda i: first.get(i.path.name, len(first)))

@@ -15,12 +15,12 @@ from kvoffload.studies import verdict
 from tests.support.pages import (
     DESKTOP,
     LAYOUT_JS,
-    MARKS_JS,
     NARROWEST,
     PHONE,
     chart_pages,
     check_charts,
     check_fit,
+    check_marks,
     load,
     resize,
     site_pages,
@@ -92,9 +92,7 @@ def test_every_page_fits_a_phone_and_a_desktop_with_its_charts_tables_and_verdic
         if rel in charted:
             resize(page, DESKTOP)
             check_fit(page, rel)
-            charts = page.locator(".kvoffload-chart")
-            for i in range(charts.count()):
-                assert charts.nth(i).evaluate(MARKS_JS) >= 1, f"{rel}: chart {i} draws no mark"
+            check_marks(page, rel)
         assert not messages and not offhost, (rel, messages, offhost)
         page.context.close()
     assert not wrong, wrong
