@@ -272,31 +272,37 @@ def to_html(chart: alt.TopLevelMixin) -> str:
         "  function draw() {\n"
         f'    var el = document.getElementById("{div}");\n'
         '    if (!window.vegaEmbed) { el.textContent = "(chart: the local Vega bundle did not load)"; return; }\n'
+        '    var own = spec.width === "container";\n'
+        "    var asked = el.clientWidth > 0 ? el.clientWidth : 300;\n"
+        "    if (own) { spec = Object.assign({}, spec, {width: asked}); }\n"
         '    window.vegaEmbed(el, spec, {actions: false, renderer: "svg"})\n'
-        "      .then(function () { refit(el.parentElement); })\n"
+        "      .then(function (result) { if (own) { follow(el, result.view, asked); } })\n"
         "      .catch(function (e) { console.error(e); });\n"
         "  }\n"
-        # Vega re-reads a container's width on the window's resize event only: a column that
-        # changes width after it (a sidebar sliding in as a phone's page widens to a desktop's)
-        # would leave the chart as wide as the column was mid-way. One observer per page sends
-        # one more resize event, once a frame at most, whenever a chart's column changes width.
-        "  function refit(column) {\n"
-        "    if (!column || !window.ResizeObserver) { return; }\n"
-        "    if (!window.kvoRefit) {\n"
-        "      var queued = false, widths = new WeakMap();\n"
-        "      var observer = new ResizeObserver(function (entries) {\n"
-        "        var changed = entries.some(function (e) {\n"
-        "          var w = Math.round(e.contentRect.width), was = widths.get(e.target);\n"
-        "          widths.set(e.target, w);\n"
-        "          return was !== undefined && was !== w;\n"
-        "        });\n"
-        "        if (!changed || queued) { return; }\n"
-        "        queued = true;\n"
-        '        window.requestAnimationFrame(function () { queued = false; window.dispatchEvent(new Event("resize")); });\n'
-        "      });\n"
-        "      window.kvoRefit = function (node) { observer.observe(node); };\n"
+        # A container-sized chart takes its box's width here, and again whenever the box changes
+        # width, one change at a time. Vega-Lite's own "container" width follows the window's
+        # resize events only: a column that changes width after one (a sidebar sliding in as a
+        # phone's page widens to a desktop's) left the chart as wide as the column was mid-way,
+        # and two resizes close together could leave the plot as wide as the box with its axis
+        # past it. A chart still wider than its box once drawn is laid out again (twice at most).
+        "  function follow(el, view, asked) {\n"
+        "    if (!window.ResizeObserver) { return; }\n"
+        "    var busy = false, tries = 0;\n"
+        "    function set(w) {\n"
+        "      busy = true; asked = w;\n"
+        "      var step = view.width() === w ? view.width(w + 1).runAsync() : Promise.resolve();\n"
+        "      step.then(function () { return view.width(w).runAsync(); })\n"
+        "        .then(function () { window.requestAnimationFrame(check); })\n"
+        "        .catch(function (e) { busy = false; console.error(e); });\n"
         "    }\n"
-        "    window.kvoRefit(column);\n"
+        "    function check() {\n"
+        "      busy = false;\n"
+        "      var w = el.clientWidth, svg = el.querySelector('svg');\n"
+        "      if (w > 0 && w !== asked) { tries = 0; set(w); return; }\n"
+        "      if (w > 0 && svg && svg.getBoundingClientRect().width > w + 1 && tries < 2) { tries += 1; set(w); }\n"
+        "    }\n"
+        "    new ResizeObserver(function () { if (!busy) { check(); } }).observe(el);\n"
+        "    window.requestAnimationFrame(check);\n"
         "  }\n"
         '  if (document.readyState === "complete") { draw(); } else { window.addEventListener("load", draw); }\n'
         "})();\n"
