@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
@@ -437,6 +438,15 @@ def system_ids() -> list[str]:
     return list(catalog.systems())
 
 
+@cache
+def _catalog_system(ident: str) -> System:
+    """Return the catalog's profile ``ident``, built once per process (a System is frozen)."""
+    try:
+        return build_system(catalog.systems()[ident], ident=ident, origin="catalog")
+    except InputError as exc:  # a broken catalog is a bug, but say where
+        raise exc.within(file=f"catalog systems.yaml ({ident})") from None
+
+
 def load_system(ref: str | Path | dict) -> System:
     """Return a System from a catalog id, ``detect`` (this machine), a profile file, or a mapping."""
     if isinstance(ref, dict):
@@ -447,10 +457,7 @@ def load_system(ref: str | Path | dict) -> System:
         return build_system(raw, ident=raw["id"], origin="detected by kvoffload hardware detect")
     table = catalog.systems()
     if text in table:
-        try:
-            return build_system(table[text], ident=text, origin="catalog")
-        except InputError as exc:  # a broken catalog is a bug, but say where
-            raise exc.within(file=f"catalog systems.yaml ({text})") from None
+        return _catalog_system(text)
     try:
         path = Path(check_path(text))
     except InputError:  # too long to be a path, or a NUL: a path only when it looks like one

@@ -50,6 +50,8 @@ def text_problem(value: Any, *, max_chars: int) -> str | None:
         return f"must be text, got {type(value).__name__}"
     if len(value) > max_chars:
         return f"is {len(value)} characters long; at most {max_chars} are allowed"
+    if value.isascii() and value.isprintable():  # U+0020..U+007E only: nothing to look up
+        return None
     for char in value:
         if char in _JOINERS:
             continue
