@@ -332,10 +332,11 @@ def test_the_page_fits_a_phone_and_draws_its_chart(page):
     pg.set_viewport_size({"width": 390, "height": 844})
     try:
         got = pg.evaluate(
-            "() => { const out = window.kvoCalc.set({machine: 't4-pcie3', figures: {},"
+            "async () => { const out = window.kvoCalc.set({machine: 't4-pcie3', figures: {},"
             " model: 'llama-3.1-8b', weights_format: 'bf16', kv_format: 'bf16', prompt: 32000,"
             " generate: 32, batch: 1, weights: {gpu: 1, cpu: 0, disk: 0},"
             " kv: {gpu: 0, cpu: 1, disk: 0}, attention: 'gpu', overlap: 'none', pinned: true});"
+            " await new Promise(done => requestAnimationFrame(done));"  # the chart draws next frame
             " const svg = document.querySelector('#kvo-chart svg');"
             " return {out: out, right: svg.getBoundingClientRect().right,"
             " paths: svg.querySelectorAll('path').length, text: svg.textContent,"

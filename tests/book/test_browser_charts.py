@@ -9,7 +9,7 @@ import re
 import pytest
 
 from kvoffload.bookbuild.runner import chapters, per_profile
-from tests.support.pages import DESKTOP, chart_pages, load
+from tests.support.pages import DESKTOP, chart_pages, load, reader
 from tests.support.paths import BOOK_PROFILES
 
 pytestmark = pytest.mark.slow
@@ -41,8 +41,9 @@ def test_every_per_profile_chapter_has_a_chart(site):
 
 def test_dark_mode_draws_charts_on_the_page_background(warm, site):
     _, base = site
+    tab = reader(warm, dark=True)
     page, messages, _ = load(
-        warm, f"{base}/book/generated/article-reference/03_decode_timing.html", DESKTOP, dark=True
+        tab, f"{base}/book/generated/article-reference/03_decode_timing.html", DESKTOP
     )
     assert page.evaluate("document.documentElement.dataset.theme") == "dark"
     result = page.evaluate(
@@ -75,4 +76,4 @@ def test_dark_mode_draws_charts_on_the_page_background(warm, site):
         channels = [int(v) for v in re.findall(r"\d+", r["label"])[:3]]
         assert sum(channels) / 3 > 150, f"chart {i}: axis labels {r['label']} on a dark page"
     assert not messages, messages
-    page.context.close()
+    tab.close()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.browser import block_offhost
+from tests.support.browser import Tab
 
 pytestmark = pytest.mark.slow
 
@@ -38,18 +38,6 @@ def _base(site, where: str) -> str:
     return served if where == "served" else (root / "_build" / "html").as_uri()
 
 
-def _phone_page(browser, url):
-    """Open ``url`` in a touch phone context; return page, its console errors and off-host requests."""
-    context = browser.new_context(**PHONE)
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    offhost = block_offhost(page)
-    page.goto(url, wait_until="load")
-    return page, errors, offhost
-
-
 def _tap_open(page, toggle: str, dialog: str):
     """Tap the one visible ``toggle``; return the drawer ``dialog``, checked open and on screen."""
     button = page.locator(f"{toggle}:visible")
@@ -75,8 +63,9 @@ def test_the_menu_opens_the_navigation_drawer_on_every_page_type(browser, site, 
     base = _base(site, where)
     pages = [*PAGES, *_calculator_links(site[0] / "_build" / "html")]
     assert "book/intro.html" in pages[len(PAGES) :], "the calculator links back to the intro"
+    tab = Tab(browser, **PHONE)  # one tab taps through every page, as a reader's would
     for name in dict.fromkeys(pages):
-        page, errors, offhost = _phone_page(browser, f"{base}/{name}")
+        page, errors, offhost = tab.open(f"{base}/{name}")
         drawer = _tap_open(page, ".primary-toggle", "#pst-primary-sidebar-modal")
         links = drawer.locator("nav.bd-links a.reference.internal")
         elsewhere = links.evaluate_all(_OTHER_PAGE)
@@ -88,13 +77,14 @@ def test_the_menu_opens_the_navigation_drawer_on_every_page_type(browser, site, 
         page.wait_for_url(target, timeout=10000)
         assert page.locator("h1").count() >= 1, (name, target)
         assert not errors and not offhost, (name, errors, offhost)
-        page.context.close()
+    tab.close()
 
 
 @pytest.mark.parametrize("where", ["served", "file"])
 def test_the_contents_button_opens_a_chapters_on_this_page_drawer(browser, site, where):
-    page, errors, offhost = _phone_page(browser, f"{_base(site, where)}/{CHAPTER}")
+    tab = Tab(browser, **PHONE)
+    page, errors, offhost = tab.open(f"{_base(site, where)}/{CHAPTER}")
     drawer = _tap_open(page, ".secondary-toggle", "#pst-secondary-sidebar-modal")
     assert drawer.locator("a.nav-link:visible").count() >= 3, "the chapter's sections are listed"
     assert not errors and not offhost, (errors, offhost)
-    page.context.close()
+    tab.close()

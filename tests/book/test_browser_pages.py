@@ -1,4 +1,5 @@
-"""Every page of the built site in headless Chromium, each loaded once on a 390 px phone, then
+"""Every page of the built site in headless Chromium, each loaded once on a 390 px phone (one tab
+reads them all, as a reader's would), then
 narrowed to 360 px and widened to a 1440 px desktop (a page load is the expensive part): on the
 phones no page scrolls sideways and every table is held in a scrolling box with its key column in
 view; at every width each chart draws marks inside one numbered caption, with a clean console, and
@@ -22,6 +23,7 @@ from tests.support.pages import (
     check_fit,
     check_marks,
     load,
+    reader,
     resize,
     site_pages,
 )
@@ -75,8 +77,9 @@ def test_every_page_fits_a_phone_and_a_desktop_with_its_charts_tables_and_verdic
     assert len(every) >= 10 and len(charted) >= 8 and set(boxed) <= set(every) and pages
     assert sum(len([r for r in every if keep(r)]) for keep in SHARES.values()) == len(every)
     wrong: dict[str, list[str]] = {}
+    tab = reader(browser)
     for rel in pages:
-        page, messages, offhost = load(browser, f"{base}/{rel}", PHONE)
+        page, messages, offhost = load(tab, f"{base}/{rel}", PHONE)
         if rel in charted:
             check_charts(page, rel, messages, offhost)
             check_fit(page, rel)
@@ -94,5 +97,5 @@ def test_every_page_fits_a_phone_and_a_desktop_with_its_charts_tables_and_verdic
             check_fit(page, rel)
             check_marks(page, rel)
         assert not messages and not offhost, (rel, messages, offhost)
-        page.context.close()
+    tab.close()
     assert not wrong, wrong

@@ -453,7 +453,7 @@ def check_hostile_pages(site: Path, token: str) -> None:
     page, nor a search for the hostile names, opens a dialog."""
     from playwright.sync_api import sync_playwright
 
-    from tests.support.browser import ARGS, block_offhost, require_chromium, serve
+    from tests.support.browser import ARGS, Tab, require_chromium, serve
 
     chromium = require_chromium()
     pages = sorted(str(p.relative_to(site)) for p in site.glob("*.html"))
@@ -471,11 +471,11 @@ def check_hostile_pages(site: Path, token: str) -> None:
     with serve(site) as base, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=ARGS)
         try:
+            tab, at = Tab(browser), [""]
+            tab.page.on("dialog", lambda d: (dialogs.append((at[0], d.message)), d.dismiss()))
             for url in urls:
-                page = browser.new_page()
-                page.on("dialog", lambda d, at=url: (dialogs.append((at, d.message)), d.dismiss()))
-                block_offhost(page)
-                page.goto(f"{base}/{url}", wait_until="load")
+                at[0] = url
+                page, _, _ = tab.open(f"{base}/{url}")
                 if url.startswith("search.html?"):
                     page.wait_for_selector(
                         "#search-results ul li, #search-results p", timeout=10_000
@@ -494,7 +494,7 @@ def check_hostile_pages(site: Path, token: str) -> None:
                         .filter(a => a.name.startsWith('on') && a.value.includes('alert')).length"""
                 )
                 assert handlers == 0, url
-                page.close()
+            tab.close()
         finally:
             browser.close()
     assert dialogs == []

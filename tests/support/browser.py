@@ -60,12 +60,45 @@ def block_offhost(page) -> list[str]:
     return offhost
 
 
+class Tab:
+    """One browser tab that opens page after page, as a reader's does (its cache warm, one
+    renderer): for the page it opened last, ``messages`` holds the console's errors (and
+    warnings, if asked) and uncaught errors, ``offhost`` the requests to another host, all
+    blocked. A new context per page costs a renderer's start and a cold cache each time."""
+
+    def __init__(self, browser, warnings: bool = False, init_script: str = "", **context):
+        self.page = browser.new_page(**context)  # in a context of its own, closed with it
+        if init_script:
+            self.page.add_init_script(init_script)
+        self.messages: list[str] = []
+        kinds = ("error", "warning") if warnings else ("error",)
+        self.page.on(
+            "console",
+            lambda m: self.messages.append(f"{m.type}: {m.text}") if m.type in kinds else None,
+        )
+        self.page.on("pageerror", lambda e: self.messages.append(f"pageerror: {e}"))
+        self.offhost = block_offhost(self.page)
+
+    def open(self, url: str, viewport: dict | None = None):
+        """Open ``url`` (at ``viewport``, if given); return the page, its messages, off-host."""
+        self.messages.clear()
+        self.offhost.clear()
+        if viewport:
+            self.page.set_viewport_size(viewport)
+        self.page.goto(url, wait_until="load")
+        return self.page, self.messages, self.offhost
+
+    def close(self) -> None:
+        """Close the tab and its context."""
+        self.page.close()
+
+    def __enter__(self) -> Tab:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def open_page(browser, url):
-    """Open ``url`` with every off-host request blocked and recorded; return page, errors, off-host."""
-    page = browser.new_page()
-    errors: list[str] = []
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    offhost = block_offhost(page)
-    page.goto(url, wait_until="load")
-    return page, errors, offhost
+    """Open ``url`` in a fresh tab (cold cache); return the page, its errors and off-host requests."""
+    return Tab(browser).open(url)

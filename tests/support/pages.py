@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.support.browser import block_offhost
+from tests.support.browser import Tab
 
 PHONE = {"width": 390, "height": 844}
 NARROWEST = {"width": 360, "height": 740}
@@ -78,24 +78,18 @@ def chart_pages(root: Path) -> list[str]:
     return [rel for rel in site_pages(root) if "kvoffload-chart" in (html / rel).read_text()]
 
 
-def load(browser, url: str, viewport: dict, dark: bool = False):
-    """Open ``url`` at ``viewport``; return the page, its errors and warnings, off-host requests."""
-    context = browser.new_context(viewport=viewport)
-    if dark:
-        context.add_init_script(
-            "localStorage.setItem('theme', 'dark'); localStorage.setItem('mode', 'dark');"
-        )
-    page = context.new_page()
-    messages: list[str] = []
-    page.on(
-        "console",
-        lambda m: (
-            messages.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None
-        ),
-    )
-    page.on("pageerror", lambda e: messages.append(f"pageerror: {e}"))
-    offhost = block_offhost(page)
-    page.goto(url, wait_until="load")
+DARK = "localStorage.setItem('theme', 'dark'); localStorage.setItem('mode', 'dark');"
+
+
+def reader(browser, dark: bool = False) -> Tab:
+    """Return a tab for reading the site's pages, warnings counted (in dark mode, if asked)."""
+    return Tab(browser, warnings=True, init_script=DARK if dark else "", viewport=PHONE)
+
+
+def load(tab: Tab, url: str, viewport: dict):
+    """Open ``url`` in ``tab`` at ``viewport`` and wait until its charts have drawn and settled;
+    return the page, its errors and warnings, off-host requests."""
+    page, messages, offhost = tab.open(url, viewport)
     n = page.locator(".kvoffload-chart").count()
     if n:
         page.wait_for_function(

@@ -147,7 +147,7 @@
       "TPOT " + formatMs(r.tpot) + " · TTFT " + formatMs(r.ttft) + " · " + (fits ? "fits" : "does not fit") +
       " · bound by " + r.bottleneckName;
     memoryBars(r);
-    drawChart(inp, predictAt, r);
+    chartLater(inp, predictAt, r);
     updateReuse(inp, reuse);
   }
 
@@ -200,6 +200,20 @@
       kv: { gpu: 1, cpu: 0, disk: 0 },
     });
     return (prompt, whole) => M.predictSetup(whole ? onGpu : setup, prompt, inp.generate, inp.batch);
+  }
+
+  // the chart (80 predictions and an SVG) is drawn once a frame at most, for the latest inputs:
+  // a burst of input events recomputes the figures each time and the curves once
+  let chartInputs = null;
+  function chartLater(inp, predictAt, current) {
+    const queued = chartInputs !== null;
+    chartInputs = [inp, predictAt, current];
+    if (queued) return;
+    window.requestAnimationFrame(() => {
+      const [i, p, c] = chartInputs;
+      chartInputs = null;
+      drawChart(i, p, c);
+    });
   }
 
   function drawChart(inp, predictAt, current) {
