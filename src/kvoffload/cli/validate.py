@@ -9,9 +9,10 @@ from kvoffload.cli.output import print_json
 
 def validate(args: argparse.Namespace) -> int:
     """Print every validation row and the error summaries, or all of it as JSON."""
-    from kvoffload.studies import validation
+    from kvoffload.studies import sweeps, validation
 
     results = validation.run()
+    found = sweeps.sweeps(results)
     summary = validation.summary(results)
     tables = validation.table_summary(results)
     roles = validation.role_summary(results)
@@ -26,7 +27,10 @@ def validate(args: argparse.Namespace) -> int:
             for r in results
         ]  # fmt: skip
         per_table = {name: {**meta[name], **stats} for name, stats in tables.items()}
-        print_json({"rows": rows, "roles": roles, "tables": per_table, "summary": summary})
+        print_json(
+            {"rows": rows, "roles": roles, "tables": per_table, "summary": summary,
+             "sweeps": sweeps.to_json(found)}
+        )  # fmt: skip
         return 0
     heading = {
         "calibration": "calibration rows: a constant was set, or the model was built, while looking at them",
@@ -67,4 +71,31 @@ def validate(args: argparse.Namespace) -> int:
         print(
             f"{name}: {s['rows']} row{'s' * (s['rows'] != 1)}{refused}, median |error| {median}, within 2x {s['within_2x']:.0%}"
         )
+    _print_sweeps(found)
     return 0
+
+
+def _print_sweeps(found) -> None:
+    """Print each published sweep's ranking: Kendall's tau and the pick's measured share."""
+    from kvoffload.studies import sweeps
+
+    print()
+    print(
+        f"== sweeps: one machine, model and workload, {sweeps.MIN_ROWS}+ configurations measured; "
+        f"does the predicted order match (target tau >= {sweeps.TAU_TARGET:g}, the pick within "
+        f"{sweeps.PICK_WITHIN:.0%} of the fastest measured)?"
+    )
+    for s in found:
+        tau = "n/a" if s.tau is None else f"{s.tau:+.2f}"
+        share = "n/a" if s.pick_share is None else f"{s.pick_share:.0%}"
+        order = " > ".join(r.row["id"] for r in s.ranked)
+        print(
+            f"{s.table} {s.model} on {s.system}: tau {tau}, pick {s.pick.row['id'] if s.pick else '-'} "
+            f"at {share} of the fastest ({s.fastest.row['id']}); predicted order {order}"
+        )
+    pooled = sweeps.pooled_tau(found)
+    met = sum(s.meets_targets for s in found)
+    print(
+        f"{len(found)} sweeps, {met} meeting both targets; tau over all their pairs "
+        f"{'n/a' if pooled is None else f'{pooled:+.2f}'}"
+    )

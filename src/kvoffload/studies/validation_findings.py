@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from kvoffload.inputs.hardware import System, load_system
-from kvoffload.studies import validation
+from kvoffload.studies import sweeps, validation
 
 T4_TABLE = "flexgen-t4"
 A6000_TABLE = "zero-inference-a6000"
@@ -156,3 +156,47 @@ def figure_kinds(system: System | str) -> FigureKinds:
     """Return the count of a profile's figures per kind."""
     s = load_system(system) if isinstance(system, str) else system
     return FigureKinds(dict(Counter(f.kind.value for f in s.figures().values())))
+
+
+@dataclass(frozen=True)
+class SweepFindings:
+    """The published sweeps as the chapter reads them: one row each, and what they add up to."""
+
+    frame: pd.DataFrame  # table, model, machine, configurations, orders, tau, pick, its share
+    count: int
+    meeting: int  # sweeps that meet both of issue 26's targets
+    pooled_tau: float | None
+    tau_target: float
+    pick_within_pct: float
+    picks_within: int  # sweeps whose pick is within PICK_WITHIN of the fastest measured
+
+
+def sweep_findings(results: list[validation.Result]) -> SweepFindings:
+    """Return each published sweep's ranking by the predictions beside its measured order."""
+    found = sweeps.sweeps(results)
+    frame = pd.DataFrame(
+        [
+            {
+                "table": s.table,
+                "model": s.model,
+                "machine": s.system,
+                "configurations": len(s.results),
+                "measured order": " > ".join(r.row["id"] for r in s.measured_order),
+                "predicted order": " > ".join(r.row["id"] for r in s.ranked),
+                "Kendall tau": s.tau,
+                "pick": s.pick.row["id"] if s.pick else "",
+                "pick / fastest measured": s.pick_share,
+            }
+            for s in found
+        ]
+    )
+    within = sum(s.pick_share is not None and s.pick_share >= 1 - sweeps.PICK_WITHIN for s in found)
+    return SweepFindings(
+        frame=frame,
+        count=len(found),
+        meeting=sum(s.meets_targets for s in found),
+        pooled_tau=sweeps.pooled_tau(found),
+        tau_target=sweeps.TAU_TARGET,
+        pick_within_pct=100 * sweeps.PICK_WITHIN,
+        picks_within=within,
+    )
