@@ -162,7 +162,7 @@ def figure_kinds(system: System | str) -> FigureKinds:
 class SweepFindings:
     """The published sweeps as the chapter reads them: one row each, and what they add up to."""
 
-    frame: pd.DataFrame  # table, model, machine, configurations, orders, tau, pick, its share
+    frame: pd.DataFrame  # table, model, machine, configurations, both orders, tau, pick, its share
     count: int
     meeting: int  # sweeps that meet both of issue 26's targets
     pooled_tau: float | None
@@ -183,7 +183,7 @@ def sweep_findings(results: list[validation.Result]) -> SweepFindings:
                 "configurations": len(s.results),
                 "measured order": " > ".join(r.row["id"] for r in s.measured_order),
                 "predicted order": " > ".join(r.row["id"] for r in s.ranked),
-                "Kendall tau": s.tau,
+                "Kendall tau (-1 to 1)": s.tau,
                 "pick": s.pick.row["id"] if s.pick else "",
                 "pick / fastest measured": s.pick_share,
             }
