@@ -6,10 +6,13 @@ STAMP  := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | cksu
 LAB_STAMP := $(VENV)/.lab-installed-$(shell cat requirements-lab.lock | cksum | cut -d' ' -f1)
 LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
 UV := uv==0.13.9
+# uv (pinned, from PyPI) installs a lock in seconds where pip takes most of a minute; pip puts it
+# in the venv (a venv made before uv was used gets it on the first `make lab`)
+INSTALL_UV := bash -o pipefail -c '$(BIN)/python -m pip install -q --disable-pip-version-check $(UV) 2>&1 | { grep -v "^WARNING: Location" || true; }'
 # pytest keeps its assertion-rewritten test modules only where Python may write bytecode: with a
 # shell's PYTHONDONTWRITEBYTECODE=1 every worker rewrote every test module on every run (8.2 s of
 # collection against 3.3 s read back). The cache lies in tests/**/__pycache__, which git ignores.
-NO_PYC_OFF := PYTHONDONTWRITEBYTECODE=
+WRITE_PYC := PYTHONDONTWRITEBYTECODE=
 # the fallback fonts' sources (npm, SIL OFL 1.1) and the subsetter, pinned
 FONT_PACKAGES := @expo-google-fonts/noto-sans-kr@0.4.3 @expo-google-fonts/noto-emoji@0.4.7
 FONT_TOOLS := fonttools==4.68.0 brotli==1.2.1
@@ -23,8 +26,7 @@ $(STAMP): requirements.lock pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kvoffload needs Python >= 3.11, found " + sys.version.split()[0])'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "installing pinned dependencies into $(VENV) (first run only)"
-	@# uv (pinned, from PyPI) installs the lock in seconds where pip takes most of a minute
-	@bash -o pipefail -c '$(BIN)/python -m pip install -q --disable-pip-version-check $(UV) 2>&1 | { grep -v "^WARNING: Location" || true; }'
+	@$(INSTALL_UV)
 	@$(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode -r requirements.lock
 	@$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
 	@# an editable install leaves the sources uncompiled: compile them once here, so that a
@@ -44,11 +46,11 @@ test: $(STAMP)
 	$(BIN)/ruff check src tests
 	$(BIN)/ruff format --check src tests
 	$(BIN)/lint-imports --no-cache --no-logo
-	$(NO_PYC_OFF) $(BIN)/python -m pytest -n $(or $(TEST_WORKERS),3)
+	$(WRITE_PYC) $(BIN)/python -m pytest -n $(or $(TEST_WORKERS),3)
 
 # The inputs and the cost model alone: seconds, for the edit-test loop.
 test-fast: $(STAMP)
-	$(NO_PYC_OFF) $(BIN)/python -m pytest -q tests/inputs tests/model
+	$(WRITE_PYC) $(BIN)/python -m pytest -q tests/inputs tests/model
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests
@@ -71,6 +73,7 @@ bench-quick: $(STAMP)
 # JupyterLab (pinned in requirements-lab.lock, kept out of `make book` and `make test`).
 $(LAB_STAMP): $(STAMP) requirements-lab.lock
 	@echo "installing pinned JupyterLab into $(VENV) (first run only)"
+	@test -x $(BIN)/uv || $(INSTALL_UV)
 	@$(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode -r requirements-lab.lock
 	@mkdir -p $(dir $(LAB_SETTINGS))
 	@echo '{"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"markdown": "Jupytext Notebook", "myst": "Jupytext Notebook"}}}' > $(LAB_SETTINGS)

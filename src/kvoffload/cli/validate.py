@@ -94,7 +94,7 @@ def _print_sweeps(found) -> None:
             f"at {share} of the fastest ({s.fastest.row['id']}); predicted order {order}"
         )
     pooled = sweeps.pooled_tau(found)
-    met = sum(s.meets_targets for s in found)
+    met = sweeps.meeting(found)
     print(
         f"{len(found)} sweeps, {met} meeting both targets; tau over all their pairs "
         f"{'n/a' if pooled is None else f'{pooled:+.2f}'}"

@@ -66,34 +66,38 @@ class Sweep:
     results: tuple[validation.Result, ...]
 
     @property
+    def _sign(self) -> float:
+        """1 where a larger figure is faster (a rate), -1 where a smaller one is (a time)."""
+        return 1.0 if faster_is_higher(self.metric) else -1.0
+
+    @property
     def ranked(self) -> tuple[validation.Result, ...]:
         """Return the predicted rows, fastest predicted first (refused rows left out)."""
         kept = [r for r in self.results if r.predicted is not None]
-        sign = 1 if faster_is_higher(self.metric) else -1
-        return tuple(sorted(kept, key=lambda r: -sign * r.predicted))
+        return tuple(sorted(kept, key=lambda r: -self._sign * r.predicted))
 
     @property
     def measured_order(self) -> tuple[validation.Result, ...]:
         """Return every row, fastest measured first."""
-        sign = 1 if faster_is_higher(self.metric) else -1
-        return tuple(sorted(self.results, key=lambda r: -sign * r.row["measured"]))
+        return tuple(sorted(self.results, key=lambda r: -self._sign * r.row["measured"]))
 
-    def _speeds(self, rows) -> tuple[np.ndarray, np.ndarray]:
-        sign = 1.0 if faster_is_higher(self.metric) else -1.0
+    def _speeds(self) -> tuple[np.ndarray, np.ndarray]:
+        """Return the predicted rows' predicted and measured speeds (larger: faster)."""
+        rows = self.ranked
         predicted = np.array([r.predicted for r in rows], dtype=float)
         measured = np.array([r.row["measured"] for r in rows], dtype=float)
-        return sign * predicted, sign * measured
+        return self._sign * predicted, self._sign * measured
 
     @property
     def pairs(self) -> tuple[int, int]:
         """Return the (concordant, discordant) pairs of the predicted rows."""
-        c, d, _, _ = pair_counts(*self._speeds(self.ranked))
+        c, d, _, _ = pair_counts(*self._speeds())
         return c, d
 
     @property
     def tau(self) -> float | None:
         """Return Kendall's tau-b of the predicted against the measured order."""
-        return kendall_tau(*self._speeds(self.ranked)) if len(self.ranked) >= 2 else None
+        return kendall_tau(*self._speeds())
 
     @property
     def pick(self) -> validation.Result | None:
@@ -114,15 +118,15 @@ class Sweep:
         return picked / best if faster_is_higher(self.metric) else best / picked
 
     @property
+    def pick_close(self) -> bool:
+        """Return True when the pick is, measured, within PICK_WITHIN of the fastest."""
+        share = self.pick_share
+        return share is not None and share >= 1 - PICK_WITHIN
+
+    @property
     def meets_targets(self) -> bool:
         """Return True when the ranking and the pick meet issue 26's targets."""
-        share = self.pick_share
-        return bool(
-            self.tau is not None
-            and self.tau >= TAU_TARGET
-            and share is not None
-            and share >= 1 - PICK_WITHIN
-        )
+        return bool(self.tau is not None and self.tau >= TAU_TARGET and self.pick_close)
 
 
 def sweeps(results: list[validation.Result]) -> list[Sweep]:
@@ -152,12 +156,17 @@ def pooled_tau(found: list[Sweep]) -> float | None:
     return None if c + d == 0 else (c - d) / (c + d)
 
 
+def meeting(found: list[Sweep]) -> int:
+    """Return how many of the sweeps meet both targets."""
+    return sum(s.meets_targets for s in found)
+
+
 def to_json(found: list[Sweep]) -> dict:
     """Return the sweeps for ``validate --json``: each one's rows, tau, pick and the targets."""
     return {
         "targets": {"tau_at_least": TAU_TARGET, "pick_within": PICK_WITHIN},
         "pooled_tau": pooled_tau(found),
-        "meeting_targets": sum(s.meets_targets for s in found),
+        "meeting_targets": meeting(found),
         "sweeps": [
             {
                 "table": s.table, "engine": s.engine, "system": s.system, "model": s.model,

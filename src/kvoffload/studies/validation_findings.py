@@ -190,13 +190,12 @@ def sweep_findings(results: list[validation.Result]) -> SweepFindings:
             for s in found
         ]
     )
-    within = sum(s.pick_share is not None and s.pick_share >= 1 - sweeps.PICK_WITHIN for s in found)
     return SweepFindings(
         frame=frame,
         count=len(found),
-        meeting=sum(s.meets_targets for s in found),
+        meeting=sweeps.meeting(found),
         pooled_tau=sweeps.pooled_tau(found),
         tau_target=sweeps.TAU_TARGET,
         pick_within_pct=100 * sweeps.PICK_WITHIN,
-        picks_within=within,
+        picks_within=sum(s.pick_close for s in found),
     )

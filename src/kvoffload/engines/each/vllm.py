@@ -199,12 +199,16 @@ def cache_rule(sc: Scenario) -> CacheRule:
 
 
 def memory(sc: Scenario) -> decode.Memory:
-    """Return vLLM's memory for the scenario: the step model's for its setup, with several GPUs
-    the latent cache whole on each, the GPU share it leaves unused, and the connector's buffers."""
-    o, tp = sc.options, sc.system.gpu.count
+    """Return vLLM's memory for the scenario, untimed (what a search for a fit asks)."""
     setup, _, _ = _setup(sc)
+    return _memory(sc, decode.memory(setup, sc.prompt + sc.generate, sc.batch))
+
+
+def _memory(sc: Scenario, mem: decode.Memory) -> decode.Memory:
+    """Return vLLM's memory from the step model's for its setup: with several GPUs the latent
+    cache whole on each, the GPU share it leaves unused, and the connector's buffers."""
+    o, tp = sc.options, sc.system.gpu.count
     final = sc.prompt + sc.generate
-    mem = decode.memory(setup, final, sc.batch)
     if tp > 1 and sc.model.mla:  # the latent cache is whole on every GPU
         latent = float(kv.batch_bytes(sc.model, final, sc.batch, sc.setup.kv))
         mem = replace(mem, gpu=mem.gpu + (tp - 1) * latent)
@@ -239,7 +243,7 @@ def predict(sc: Scenario) -> Prediction:
     return replace(
         pred,
         ttft_s=ttft,
-        memory=memory(sc),
+        memory=_memory(sc, pred.memory),
         by_overlap_s={},
         settings={
             "cpu_offload_gb": o.cpu_offload_gb,
