@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from kvoffload.cli import main
+from tests.support.cli_process import run_cli
 from tests.support.shared import (
     BOOK,
     CALCULATOR,
@@ -49,18 +48,12 @@ def cli(capsys):
 
 @pytest.fixture
 def cli_process():
-    """Run ``kvoffload ARGS`` as a separate process (what a user's shell sees)."""
+    """Run ``kvoffload ARGS`` as a separate process (what a user's shell sees: its status, its
+    stdout and stderr), forked from a server that imported the package once
+    (tests/support/cli_process.py)."""
 
     def run(*args: str, timeout: float = 30) -> Run:
-        env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-        proc = subprocess.run(
-            [sys.executable, "-m", "kvoffload", *map(str, args)],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=env,
-        )
-        return Run(proc.returncode, proc.stdout, proc.stderr)
+        return Run(*run_cli([str(a) for a in args], timeout, dict(os.environ)))
 
     return run
 

@@ -75,10 +75,12 @@ def _core_install(shared: Path) -> Path:
         ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc"),
     )
     venv = tmp / "venv"
-    made = _run([sys.executable, "-m", "venv", venv], cwd=tmp)
-    assert made.returncode == 0, made.stderr
-    # the project's venv has uv (Makefile), which installs what pip would, in seconds
+    # the project's venv has uv (Makefile), which makes a venv and installs what pip would, in
+    # seconds (``python -m venv`` alone spends most of them installing pip, which uv never runs)
     uv = shutil.which("uv", path=str(Path(sys.executable).parent))
+    make = [uv, "venv", "-q", "--python", sys.executable] if uv else [sys.executable, "-m", "venv"]
+    made = _run([*make, venv], cwd=tmp)
+    assert made.returncode == 0, made.stderr
     pip = (
         [uv, "pip", "install", "-q", "--python", venv / "bin" / "python", "--compile-bytecode"]
         if uv
