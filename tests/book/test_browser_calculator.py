@@ -30,9 +30,9 @@ from kvoffload.inputs.precision import KvFormat
 from kvoffload.model import decode, kv, reuse
 from kvoffload.model.prediction import shortfalls
 from kvoffload.report import calculator_page, tpot_widget
-from kvoffload.studies import calculator_advice, calculator_llamacpp, decode_step
+from kvoffload.studies import calculator_llamacpp, decode_step
 from kvoffload.studies.advise import row
-from kvoffload.studies.advise_search import LLAMACPP_KV, Workload, search
+from kvoffload.studies.advise_search import LLAMACPP_KV, NO_OFFLOAD, Workload, search
 from kvoffload.studies.calculator_data import (
     FIGURES,
     WEIGHT_FORMATS,
@@ -557,52 +557,63 @@ def test_the_llamacpp_engine_matches_kvoffload_predict_at_random_points(page):
     assert not errors and not offhost
 
 
-def _advise_best(machine: str, model: str, context: int) -> dict | None:
-    """Return advise's fastest row for the page's lookup: the grid context at or above ``context``."""
-    grid = [c for c in calculator_advice.CONTEXTS if c >= context] or [
-        calculator_advice.CONTEXTS[-1]
-    ]
+def _advise_best(machine: str, model: str, context: int, batch: int) -> dict | None:
+    """Return ``kvoffload advise --model all``'s answer for one model: its fastest row, at the
+    model's own context where it is shorter (advise_all)."""
     m = load_model(model)
-    wl = Workload(min(grid[0], m.max_positions or grid[0]))
+    wl = Workload(min(context, m.max_positions or context), batch)
     s = search(load_system(machine), m, wl, fastest_only=True)
     return row(s.choices[0], m, wl) if s.choices else None
 
 
+# contexts where the answers change often: a few tokens, the usual windows, past 128K
+NAMED_CONTEXTS = (2, 3, 4096, 32768, 131072, 1048576)
+
+
 def test_the_best_placement_is_advises_for_random_machines_models_and_contexts(page):
+    """The page runs advise's search for any context and batch: the same engine, formats,
+    options and command line as ``kvoffload advise``, the same tokens/s (to 0.1%)."""
     pg, errors, offhost = page
     rng = random.Random(426)
-    checked_tpot = 0
+    checked_tpot, engines, offloaded = 0, set(), 0
     for _ in range(ADVISE_TRIPLES):
         machine, model = rng.choice(system_ids()), rng.choice(model_ids())
-        limit = load_model(model).max_positions
-        on_grid = [c for c in calculator_advice.CONTEXTS if limit is None or c <= limit]
         context = (
-            rng.choice(on_grid) if on_grid and rng.random() < 0.6 else rng.randint(2, 1_100_000)
+            rng.choice(NAMED_CONTEXTS)
+            if rng.random() < 0.3
+            else int(_log_uniform(rng, 2, 1_100_000))
         )
-        if limit is not None:
-            context = min(context, limit)
-        wl = Workload(context)
+        batch = rng.choice([1, 1, 1, rng.randint(2, 16)])
+        want = _advise_best(machine, model, context, batch)
+        limit = load_model(model).max_positions
+        shown_context = min(context, limit) if limit else context
+        wl = Workload(shown_context, batch)
         pg.evaluate(
             "(p) => window.kvoCalc.set(p)",
             {"machine": machine, "figures": {}, "model": model, "engine": "generic",
-             "weights_format": "bf16", "kv_format": "bf16", "context": context,
-             "generate": wl.generate, "batch": 1},
+             "weights_format": "bf16", "kv_format": "bf16", "context": shown_context,
+             "generate": wl.generate, "batch": batch},
         )  # fmt: skip
         got = pg.evaluate("() => window.kvoCalc.best()")
-        want = _advise_best(machine, model, context)
+        where = (machine, model, context, batch)
         if want is None:
-            assert got is None, (machine, model, context)
+            assert got is None, where
             continue
+        assert got is not None, where
         for key in ("engine", "weights", "kv", "offload", "options", "command"):
-            assert got[key] == want[key], (machine, model, context, key)
-        assert _close(got["tokens_per_s"], want["tokens_per_s"])
+            assert got[key] == want[key], (where, key, got[key], want[key])
+        assert _close(got["tokens_per_s"], want["tokens_per_s"]), where
+        assert got["context"] == wl.context and got["batch"] == batch, where
+        engines.add(want["engine"])
+        offloaded += want["offload"] != NO_OFFLOAD
         shown = pg.evaluate("() => window.kvoCalc.read()")
         assert shown["best"].startswith("kvoffload advise at"), shown["best"]
-        if want["engine"] == "llamacpp" and context in calculator_advice.CONTEXTS:
+        if want["engine"] == "llamacpp":
             # put in the form at advise's own workload, the page's TPOT is advise's
-            assert _close(float(shown["tpot_ms"]), want["tpot_ms"]), (machine, model, context)
+            assert _close(float(shown["tpot_ms"]), want["tpot_ms"]), where
             checked_tpot += 1
-    assert checked_tpot > 0
+    # the draw reaches both engines, offloading configurations and the form
+    assert engines == {"llamacpp", "vllm"} and offloaded > 0 and checked_tpot > 0
     assert not errors and not offhost
 
 

@@ -280,8 +280,12 @@ def page_html(data: dict[str, Any]) -> str:
   computed on the CPU at its matvec rate for the format and threads; each hand-over between the
   devices costs a synchronisation; weights past host memory are paged from disk (mmap). A test
   holds it to <code>kvoffload predict</code> at two hundred random points. The best placement
-  is <code>kvoffload advise --model all</code>'s answer, computed for every catalog machine and
-  model at 4K, 16K, 32K, 128K, 256K and 1M tokens (the next at or above your context).</p>
+  runs <code>kvoffload advise --model all</code>'s search on this page, for your figures, model,
+  context and batch: llama.cpp's <code>-ngl</code>, <code>--n-cpu-moe</code>,
+  <code>-ot exps=CPU</code> and <code>--no-kv-offload</code> on the llama.cpp engine above, and
+  vLLM's <code>--cpu-offload-gb</code> on the step model with vLLM's placement (weights read over
+  the link as its kernels run, pinned; a tenth of the GPU left to others). A test holds it to
+  <code>kvoffload advise</code> for two hundred random machines, models and contexts.</p>
   <p>Left out, because the page cannot express them: on the generic engine, weights placed
   tensor group by tensor group (<code>compute: cpu</code>); llama.cpp's <code>-ot</code> rules,
   <code>--numa</code> and <code>--no-mmap</code>; a MoE router's measured skew and expert caches

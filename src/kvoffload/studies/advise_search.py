@@ -73,6 +73,22 @@ def kv_formats(engine: str) -> tuple[str, ...]:
     return LLAMACPP_KV if engine == "llamacpp" else VLLM_KV
 
 
+def candidates(
+    model: Model, engine: str, fastest_only: bool = False
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Return the (weight formats, KV formats) ``search`` tries for ``model`` on ``engine``.
+
+    ``fastest_only``: the smallest weights read the fewest bytes; a quantised cache reads fewer
+    bytes but llama.cpp dequantises it value by value in attention (kv_dequant_gpu), so there its
+    largest (f16) and smallest formats both stay candidates.
+    """
+    formats, kvs = weight_formats(model, engine), kv_formats(engine)
+    if fastest_only and formats:
+        formats = formats[-1:]
+        kvs = tuple(dict.fromkeys((kvs[0], kvs[-1]))) if engine == "llamacpp" else kvs[-1:]
+    return formats, kvs
+
+
 @dataclass(frozen=True)
 class Workload:
     """What is asked of the machine: a context (prompt and generated tokens) per request, a batch."""
@@ -243,16 +259,10 @@ def search(
     left: list[tuple[str, str, str, str]] = []
     tried = 0
     for engine in engines:
-        formats, kvs = weight_formats(model, engine), kv_formats(engine)
+        formats, kvs = candidates(model, engine, fastest_only)
         if not formats:
             left.append((engine, "", "", "serves a Hugging Face checkpoint, not a .gguf file"))
             continue
-        if fastest_only:
-            # the smallest weights read the fewest bytes; a quantised cache reads fewer bytes but
-            # llama.cpp dequantises it value by value in attention (kv_dequant_gpu), so there its
-            # largest (f16) and smallest formats both stay candidates
-            formats = formats[-1:]
-            kvs = sorted({kvs[0], kvs[-1]}, key=kvs.index) if engine == "llamacpp" else kvs[-1:]
         for fmt in formats:
             for kvf in kvs:
                 probe = _Probe(system, model, engine, fmt, kvf, workload)

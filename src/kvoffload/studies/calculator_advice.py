@@ -1,53 +1,66 @@
-"""``kvoffload advise``'s fastest configuration per catalog machine, model and context, for the page.
+"""What the calculator's "best placement that fits" button needs to run ``kvoffload advise``'s search.
 
-The calculator's "best placement that fits" button looks its answer up here rather than mirroring
-the search in the browser: advise ranks llama.cpp's and vLLM's configurations by decode tokens/s
-(studies/advise_search.py), and a faithful mirror would need vLLM's engine in JavaScript besides
-llama.cpp's. Each entry is ``advise_all``'s (``kvoffload advise --model all``: the smallest
-formats of each engine, a model past its own context advised at it) at each context of
-``CONTEXTS``; the page uses the smallest grid context at or above the reader's, and says which.
+The page runs advise's search itself (report/calculator/advice.js mirrors advise_search.search
+with ``fastest_only``, as ``advise --model all`` does): llama.cpp's configurations on the page's
+llama.cpp mirror, vLLM's ``--cpu-offload-gb`` on the step model with vLLM's setup on one GPU
+(engines/each/vllm.py). So its answer is advise's at the reader's own context, batch and figures.
+This module exports what the search reads that the rest of the page's data does not hold: the
+candidate formats per model and engine, the workload rule, vLLM's memory share, and the names
+the command lines spell.
 """
 
 from __future__ import annotations
 
-from functools import cache
 from typing import Any
 
-from kvoffload.inputs.hardware import load_system, system_ids
-from kvoffload.studies.advise import _KV_FLAG, advise_all
-from kvoffload.studies.advise_search import GENERATE, NO_OFFLOAD, Workload
+from kvoffload.engines.each.vllm import GiB
+from kvoffload.engines.each.vllm import Options as VllmOptions
+from kvoffload.inputs.models import load_model, model_ids
+from kvoffload.studies import advise_commands
+from kvoffload.studies.advise import _KV_FLAG
+from kvoffload.studies.advise_search import (
+    CPU_OFFLOAD,
+    ENGINES,
+    EXPS_CPU,
+    GENERATE,
+    NCMOE,
+    NGL,
+    NO_KV,
+    NO_OFFLOAD,
+    candidates,
+)
 
-# 4K, 32K, 128K (131,072) and 1M tokens: the contexts advise is asked at (each costs a search
-# over every catalog machine and model when the page is built)
-CONTEXTS = (4096, 32768, 131072, 1048576)
-KEYS = ("engine", "weights", "kv", "offload", "options", "tokens_per_s", "tpot_ms", "command")
-_KV_FORMAT = {flag: fmt for fmt, flag in _KV_FLAG.items()}  # advise's KV names: our formats
 
-
-def best_row(best: dict[str, Any] | None, context: int) -> dict[str, Any] | None:
-    """Return the part of advise's best row the page shows (None: nothing fits)."""
-    if best is None:
-        return None
-    kv = _KV_FORMAT.get(best["kv"], best["kv"])
-    return {**{k: best[k] for k in KEYS}, "kv_format": kv, "context": context}
-
-
-@cache
-def machine_advice(machine: str) -> dict[str, list]:
-    """Return, per model id, advise's best row (or None) at each context of ``CONTEXTS``."""
-    system = load_system(machine)
-    out: dict[str, list] = {}
-    for context in CONTEXTS:
-        for a in advise_all(system, Workload(context)):
-            out.setdefault(a["model"], []).append(best_row(a["best"], a["context"]))
+def model_candidates(ident: str) -> dict[str, Any]:
+    """Return, per engine, the weight and KV formats advise's fastest-only search tries, and the
+    checkpoint vLLM serves (before an AWQ suffix)."""
+    model = load_model(ident)
+    out: dict[str, Any] = {"checkpoint": advise_commands.checkpoint(model, "bf16")}
+    for engine in ENGINES:
+        formats, kvs = candidates(model, engine, fastest_only=True)
+        out[engine] = {"weights": list(formats), "kv": list(kvs)}
     return out
 
 
 def advice_data() -> dict[str, Any]:
-    """Return the page's lookup table: the grid, the workload's rule and each machine's answers."""
+    """Return the search's constants for the page (advise_search.py and advise_commands.py)."""
     return {
-        "contexts": list(CONTEXTS),
+        "engines": list(ENGINES),
         "generate": GENERATE,  # advise's Workload: min(GENERATE, context // 2) tokens generated
+        "gib": GiB,
         "no_offload": NO_OFFLOAD,
-        "best": {sid: machine_advice(sid) for sid in system_ids()},
+        "ways": {
+            "ngl": NGL,
+            "ncmoe": NCMOE,
+            "exps_cpu": EXPS_CPU,
+            "no_kv": NO_KV,
+            "cpu_offload": CPU_OFFLOAD,
+        },
+        # vLLM leaves 1 - gpu_memory_utilization of each GPU to others (engines/each/vllm.py)
+        "gpu_memory_utilization": VllmOptions().gpu_memory_utilization,
+        "kv_names": dict(_KV_FLAG),  # advise's names for the 16-bit caches
+        "llama_kv": dict(advise_commands._LLAMA_KV),
+        "vllm_kv": dict(advise_commands._VLLM_KV),
+        "vllm_quantization": dict(advise_commands._VLLM_QUANT),
+        "models": {ident: model_candidates(ident) for ident in model_ids()},
     }

@@ -11,7 +11,7 @@ The page leaves out what it cannot express: tensor-group placement on the generi
 (``compute: cpu``), MoE routing skew and expert streaming (uniform routing is used), several GPUs
 (the step model runs the layers on one GPU at a time, so a reader types the machine's total
 memory) and the engines other than ``generic`` and ``llamacpp`` (calculator_llamacpp.py: its
-expert placement). advise's answers come precomputed (calculator_advice.py).
+expert placement). The page runs advise's search itself (calculator_advice.py: its constants).
 
 The reuse question (a prompt whose first tokens sit in a prefix cache) runs on an engine's own
 rule (``RULES``: vLLM's native KV offloading connector): ``reuse_scenario_for`` writes the scenario

@@ -12,7 +12,7 @@
   const RU = window.KvoReuse.create(data, M);
   const LC = window.KvoLlamacpp.create(data, M);
   const form = window.KvoForm.create(data, M);
-  const advice = window.KvoAdvice.create(data, form);
+  const advice = window.KvoAdvice.create(data, M, LC, RU, form);
   let bestText = "";
   const KvoScenario = window.KvoScenario;
   const { nf, formatMs, formatBytes } = window.KvoFormat;
@@ -256,7 +256,7 @@
     return read();
   }
 
-  // the best-placement button: advise's answer looked up, put in the form when it is llama.cpp's
+  // the best-placement button: advise's search for the inputs, put in the form when it is llama.cpp's
   function best() {
     const inp = form.readInputs();
     if (inp.problems.length) return null;
