@@ -27,11 +27,14 @@ $(STAMP): requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "installing pinned dependencies into $(VENV) (first run only)"
 	@$(INSTALL_UV)
-	@$(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode -r requirements.lock
+	@$(BIN)/uv pip install -q --python $(BIN)/python -r requirements.lock
 	@$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
-	@# an editable install leaves the sources uncompiled: compile them once here, so that a
-	@# command started with PYTHONDONTWRITEBYTECODE=1 does not recompile the package every time
-	@$(BIN)/python -m compileall -q src/kvoffload
+	@# compile the packages and the (editable, so uncompiled) sources once here, so that a command
+	@# started with PYTHONDONTWRITEBYTECODE=1 does not compile them every time; the packages' own
+	@# test suites are left out (nothing imports them): 10 s here, against 13 s for uv's
+	@# --compile-bytecode of everything
+	@$(BIN)/python -m compileall -q -j0 -x '/(tests?|testing)/' src/kvoffload \
+		"$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" > /dev/null
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
