@@ -1,5 +1,16 @@
-"""vLLM: ``cpu_offload_gb`` streams weights every forward pass; the KV offloading connector is a
-prefix cache in host memory that shortens the prefill on a hit and does not touch the decode step.
+"""vLLM: ``cpu_offload_gb`` reads weights from host memory every forward pass; the KV offloading
+connector is a prefix cache in host memory that shortens the prefill on a hit and does not touch
+the decode step.
+
+``cpu_offload_gb`` moves parameters, module by module, to pinned host memory and, where UVA is
+available (pinned memory: every CUDA platform but restricted WSL), leaves the GPU a CUDA view of
+them (``UVAOffloader`` in vllm-project/vllm vllm/model_executor/offloader/uva.py at
+00593fa7a4832bdabac6fcd06c1710d13c462fbf: ``p.data = get_accelerator_view_from_cpu_tensor``).
+The kernels then read those weights over the link as they run (zero-copy): all of a dense
+layer, but of a MoE layer's routed experts only those its tokens pick, as the fused MoE kernel
+reads only their weights. With ``VLLM_WEIGHT_OFFLOADING_DISABLE_UVA=1`` (``disable_uva``), or
+before V1, each offloaded module's whole ``state_dict`` is copied to the GPU before its forward
+(``functional_call``), every expert included.
 
 Several GPUs run as one tensor-parallel group, ``tensor_parallel_size`` = ``gpu.count``
 (vllm-project/vllm vllm/model_executor/layers/linear.py at
@@ -93,6 +104,9 @@ class Options(Strict):
     local_disk: bool = False  # LMCache keeps chunks on the profile's disk too
     max_local_disk_size: HostGib = 0.0  # GB of it
     use_layerwise: bool = False  # LMCache loads layer by layer under the compute
+    # VLLM_WEIGHT_OFFLOADING_DISABLE_UVA=1 (and vLLM before V1): offloaded modules copied whole
+    # to the GPU before each forward, instead of read in place by the kernels
+    disable_uva: bool = False
 
 
 def kv_heads_per_gpu(model: Model, tp: int) -> int:
@@ -140,7 +154,11 @@ def _setup(sc: Scenario) -> tuple[decode.Setup, float, int]:
     )
     # the cache as all GPUs hold it: tp x the heads each one keeps (GQA heads may be replicated)
     stored = None if model.mla or heads * tp == model.n_kv_heads else heads * tp
-    return replace(sc.setup, placement=placement, kv_heads_stored=stored), off, heads
+    setup = replace(sc.setup, placement=placement, kv_heads_stored=stored)
+    if model.moe is not None:  # UVA: of the offloaded routed experts, those the batch picks cross
+        stream = "all" if o.disable_uva else "routed"
+        setup = replace(setup, routing=replace(setup.routing, stream=stream, gpu_hit_rate=0.0))
+    return setup, off, heads
 
 
 def _host_cache_bytes(o: Options, tp: int) -> tuple[float, float]:
@@ -311,7 +329,12 @@ ENGINE = EngineSpec(
         "overlap": "vLLM reads offloaded weights over the link as its kernels run and has no "
         "overlap option; use engine: generic to compare overlap modes",
     },
-    routing_ignored=((), ""),
+    routing_ignored=(
+        ("stream", "gpu_hit_rate"),
+        "vLLM's kernels read offloaded experts in place (UVA), only those the batch picks, with "
+        "no GPU expert cache; options.disable_uva copies whole modules; leave routing.stream and "
+        "routing.gpu_hit_rate out",
+    ),
     prefix_cache=PrefixCache(tiers=("gpu", "cpu", "disk"), rule=cache_rule),
     memory=memory,
 )

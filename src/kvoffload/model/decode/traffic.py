@@ -44,7 +44,7 @@ def weight_traffic(setup: Setup, lay: Layers, b: np.ndarray) -> WeightTraffic:
     r = setup.routing
     # distinct routed experts the batch reads (a dense model has none: the share multiplies 0)
     active = touched_share(n, k, b, r.effective_experts) if (k, n) != (1, 1) else 1.0
-    if not p.groups and r.stream == "all":
+    if not p.groups:
         w = p.weights
         # what does not depend on the batch is computed once per placement (read-only arrays)
         read_at = lambda: lay.weight_bytes - lay.expert_bytes + lay.expert_bytes * active  # noqa: E731
@@ -55,6 +55,12 @@ def weight_traffic(setup: Setup, lay: Layers, b: np.ndarray) -> WeightTraffic:
                 np.zeros_like(lay.weight_bytes), lay.weight_bytes * w.off, lay.weight_bytes * w.disk
             ),
         )  # fmt: skip
+        if r.stream == "routed" and (k, n) != (1, 1):
+            # only the routed experts the batch touches cross, less those a GPU cache holds
+            hit = r.gpu_hit_rate
+            moved = (
+                lay.weight_bytes - lay.expert_bytes + lay.expert_bytes * active * (1 - hit)
+            ) * w.off
         return WeightTraffic(read, zero, b * lay.dense_flops, zero, moved, disk, zero)
     experts = tensor_groups.GROUPS.index("experts")
     placed = {g.group: g for g in p.groups}

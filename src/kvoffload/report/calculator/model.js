@@ -46,18 +46,23 @@
       return (pool * (1 - Math.pow(1 - k / pool, b))) / n;
     }
 
-    // decode.weight_traffic, for whole-model weight shares (no tensor groups, experts streamed whole)
+    // decode.weight_traffic, for whole-model weight shares (no tensor groups): the offloaded share
+    // moves whole, experts included, or (setup.routedOnly: routing.stream 'routed', no GPU expert
+    // cache) only the routed experts the batch touches
     function weightTraffic(setup, lay, b) {
       const w = setup.weights;
       const [k, n] = setup.model.expert_use;
       const active = touchedShare(n, k, b);
       const off = w.cpu + w.disk;
-      return lay.weight_bytes.map((bytes, i) => ({
-        gpuBytes: bytes - lay.expert_bytes[i] + lay.expert_bytes[i] * active,
-        gpuFlops: b * lay.dense_flops[i],
-        moved: bytes * off,
-        fromDisk: bytes * w.disk,
-      }));
+      return lay.weight_bytes.map((bytes, i) => {
+        const read = bytes - lay.expert_bytes[i] + lay.expert_bytes[i] * active;
+        return {
+          gpuBytes: read,
+          gpuFlops: b * lay.dense_flops[i],
+          moved: (setup.routedOnly ? read : bytes) * off,
+          fromDisk: bytes * w.disk,
+        };
+      });
     }
 
     // System.link_rate: the link's achievable rate, pinned or pageable
@@ -320,12 +325,13 @@
       const total = kvTotal(setup, context, batch);
       const weights = lay.resident_bytes;
       const token = kvTokenBytes(setup);
-      const wOff = w.cpu + w.disk;
       const cOff = c.cpu + c.disk;
+      // traffic.staged_weight_bytes: the weight bytes a layer copies to the GPU for one request
+      const moved = weightTraffic(setup, lay, 1).map((t) => t.moved);
       let staged = 0;
       let weightsStaged = 0;
       for (let i = 0; i < lay.count.length; i++) {
-        const wi = lay.weight_bytes[i] * wOff;
+        const wi = moved[i];
         const kvi =
           setup.attention === "gpu"
             ? batch * Math.min(context, lay.window[i]) * lay.kv_per_token[i] * token * cOff

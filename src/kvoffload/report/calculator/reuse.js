@@ -78,7 +78,8 @@
     }
 
     // engines/each/vllm.py _setup on one GPU: `weightsGib` of the weights in host memory, read
-    // over the link as the kernels run (no overlap), the KV on the GPU, attention there
+    // over the link as the kernels run (no overlap; UVA: of a MoE's routed experts, those the
+    // batch picks), the KV on the GPU, attention there
     function vllmSetup(s, weightsGib) {
       const lay = M.layers(s.model, s.weightsFormat);
       const off = Math.min((weightsGib * R.gib) / M.stepWeightBytes(lay), 1);
@@ -88,6 +89,7 @@
           kv: { gpu: 1, cpu: 0, disk: 0 },
           attention: "gpu",
           overlap: "none",
+          routedOnly: s.model.moe,
         })
       );
     }

@@ -1,0 +1,72 @@
+"""vLLM's ``cpu_offload_gb`` as its UVAOffloader runs it: the kernels read offloaded weights in
+place over the link, so of a MoE layer's routed experts only those the batch picks cross it;
+``disable_uva`` (VLLM_WEIGHT_OFFLOADING_DISABLE_UVA=1) copies each offloaded module whole."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvoffload.engines.scenario import parse_scenario, predict
+from kvoffload.inputs.errors import InputError
+from kvoffload.model import decode
+
+GiB = 2**30
+
+
+def _scenario(model: str, batch: int = 1, **options) -> dict:
+    return {
+        "hardware": "rtx-4090-desktop",
+        "model": model,
+        "engine": "vllm",
+        "precision": {"weights": "int4"},
+        "workload": {"batch": batch, "prompt": 512, "generate": 8},
+        "options": {"cpu_offload_gb": 8, **options},
+    }
+
+
+def _h2d_s(raw: dict) -> float:
+    return predict(parse_scenario(raw), check=False).streams_s["h2d"]
+
+
+def test_a_dense_model_reads_every_offloaded_byte_either_way():
+    uva = predict(parse_scenario(_scenario("qwen2.5-7b")), check=False)
+    copy = predict(parse_scenario(_scenario("qwen2.5-7b", disable_uva=True)), check=False)
+    assert uva.tpot_s == copy.tpot_s and uva.memory == copy.memory
+
+
+def test_uva_moves_the_touched_experts_and_a_copy_moves_them_all():
+    """At batch 1 a step touches k of n experts: the link carries the offloaded share of the
+    dense bytes and of k/n of the routed experts' bytes, against all of them copied whole."""
+    sc = parse_scenario(_scenario("qwen3-30b-a3b"))
+    lay = decode.layers(sc.model, sc.setup.weights)
+    k, n = lay.expert_use
+    off = 8 * GiB / decode.step_weight_bytes(sc.model, sc.setup.weights)
+    rate = sc.system.copy_rate("h2d", pinned=True)
+    experts = float(lay.expert_bytes @ lay.count)
+    # the same copies (one a layer, the same latency) either way: the difference is the bytes
+    saved = off * experts * (1 - k / n) / rate
+    got = _h2d_s(_scenario("qwen3-30b-a3b", disable_uva=True)) - _h2d_s(_scenario("qwen3-30b-a3b"))
+    assert got == pytest.approx(saved, rel=1e-9)
+    assert saved > 0
+
+
+@pytest.mark.parametrize("model", ["qwen3-30b-a3b", "gpt-oss-20b"])
+def test_uva_is_never_slower_and_the_gap_closes_as_the_batch_touches_every_expert(model):
+    gaps = []
+    for batch in (1, 4, 64, 1024):
+        uva = predict(parse_scenario(_scenario(model, batch)), check=False).tpot_s
+        copy = predict(
+            parse_scenario(_scenario(model, batch, disable_uva=True)), check=False
+        ).tpot_s
+        assert uva <= copy
+        gaps.append(copy / uva)
+    assert gaps == sorted(gaps, reverse=True) and gaps[0] > 1.5
+    assert gaps[-1] == pytest.approx(1.0, rel=1e-3)
+
+
+def test_routing_stream_is_refused_for_vllm_in_one_line():
+    raw = {**_scenario("qwen3-30b-a3b"), "routing": {"stream": "all"}}
+    with pytest.raises(InputError) as info:
+        parse_scenario(raw)
+    text = str(info.value)
+    assert "routing.stream" in text and "disable_uva" in text and "\n" not in text
