@@ -64,10 +64,10 @@ def test_experts_on_the_cpu_beat_whole_layers_on_the_cpu_for_the_same_gpu_memory
 
 def test_each_expert_offloaded_layer_hands_over_twice():
     sc = parse_scenario({**BASE, "options": {"n_cpu_moe": 3}})
-    table, on_gpu = llamacpp.tensor_devices(sc)
-    ups, downs = llamacpp._hand_overs(sc, table, on_gpu)
+    table, gpus = llamacpp.tensor_gpus(sc)
+    ups, downs, peers = llamacpp._hand_overs(sc, table, gpus)
     # embedding lookup -> GPU once; each of the 3 layers: GPU -> CPU (experts) -> GPU; logits back
-    assert (ups, downs) == (1 + 3, 3 + 1)
+    assert (ups, downs, peers) == (1 + 3, 3 + 1, 0)
 
 
 @pytest.mark.parametrize(

@@ -220,6 +220,10 @@ class Prediction:
 def shortfalls(system: System, mem: decode.Memory) -> list[tuple[str, float, float]]:
     """Return (tier, bytes needed, bytes there) for every tier the memory overflows."""
     tiers = capacity.tiers(system, mem.gpu, mem.cpu, mem.disk)
+    # GPU by GPU where the engine places so: one GPU may overflow while the sum fits
+    tiers += [
+        (f"GPU memory (GPU {i})", b, system.gpu.memory.value) for i, b in enumerate(mem.gpu_each)
+    ]
     return [(t, float(need), have) for t, need, have in tiers if not capacity.within(need, have)]
 
 

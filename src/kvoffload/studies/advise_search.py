@@ -188,7 +188,9 @@ class _Probe:
                 if key in self._seen
                 else held_memory(self._scenario(options))
             )
-        return not any(t == "GPU memory" for t, _, _ in shortfalls(self.system, self._held[key]))
+        return not any(
+            t.startswith("GPU memory") for t, _, _ in shortfalls(self.system, self._held[key])
+        )
 
     def choice(self, options: Mapping[str, Any], way: str) -> Choice:
         """Return the configuration with these options as a Choice."""

@@ -23,6 +23,8 @@ class Memory:
     cpu: np.ndarray
     disk: np.ndarray
     staging: np.ndarray
+    # each GPU's bytes, where an engine places things GPU by GPU (llama.cpp's split); () else
+    gpu_each: tuple[float, ...] = ()
 
 
 def memory(setup: Setup, context: ArrayLike, batch: ArrayLike = 1) -> Memory:

@@ -10,6 +10,7 @@ from kvoffload.engines.each.llamacpp import prefill
 from kvoffload.engines.each.llamacpp.options import Options
 from kvoffload.engines.each.llamacpp.placement import (
     _read_bytes,
+    gpu_bytes_each,
     layers_per_gpu,
     override_rules,
     paged_bytes,
@@ -42,6 +43,7 @@ class _Held:
     kv_gpu: float
     kv_cpu: float
     paged: float  # weights past host capacity, left as file pages (mmap)
+    gpu_each: tuple[float, ...] = ()  # each GPU's weights and KV, with several GPUs
 
     @property
     def memory(self) -> decode.Memory:
@@ -51,6 +53,7 @@ class _Held:
             cpu=np.asarray(self.w_cpu + self.kv_cpu - self.paged),
             disk=np.asarray(self.paged),
             staging=np.asarray(0.0),
+            gpu_each=self.gpu_each,
         )
 
 
@@ -64,7 +67,9 @@ def _held(sc: Scenario) -> _Held:
     kv_layers = kv.layer_bytes(sc.setup.cache_model, final, sc.setup.kv) * sc.batch
     kv_gpu = 0.0 if sc.options.no_kv_offload else float(kv_layers[layer_on_gpu[:-1]].sum())
     kv_cpu = float(kv_layers.sum()) - kv_gpu
-    return _Held(table, on_gpu, w_gpu, w_cpu, kv_gpu, kv_cpu, paged_bytes(sc, w_cpu, kv_cpu))
+    each = tuple(gpu_bytes_each(sc, kv_layers).tolist()) if sc.system.gpu.count > 1 else ()
+    paged = paged_bytes(sc, w_cpu, kv_cpu)
+    return _Held(table, on_gpu, w_gpu, w_cpu, kv_gpu, kv_cpu, paged, each)
 
 
 def memory(sc: Scenario) -> decode.Memory:
@@ -148,6 +153,9 @@ def predict(sc: Scenario) -> Prediction:
             "no_kv_offload": o.no_kv_offload,
             "n_cpu_moe": o.n_cpu_moe,
             "layers_per_gpu": layers_per_gpu(sc),  # the output layer counts, as in -ngl
+            "split_mode": o.split_mode,
+            "tensor_split": list(o.tensor_split),
+            "gpu_bytes_each": list(held.gpu_each),
             "cpu_moe": o.cpu_moe,
             "override_tensor": list(o.override_tensor),
             "weights_on_cpu_by_group": {

@@ -38,6 +38,8 @@ def split_sync_s_default() -> float:
 
 Layers = Annotated[int, Meta(ge=0, le=MAX_LAYERS + 1)]  # -ngl counts the output layer too
 MAX_OVERRIDES = 1000
+MAX_DEVICES = 16  # llama.cpp's LLAMA_MAX_DEVICES
+Proportion = Annotated[float, Meta(ge=0.0, le=1e9)]
 
 
 class Options(Strict):
@@ -62,10 +64,28 @@ class Options(Strict):
     # which code base: llama.cpp, or ik_llama.cpp (its -ngl keeps the output layer on the CPU,
     # and it offloads a MoE op only when its experts see 32 tokens each on average)
     fork: Literal["llama.cpp", "ik_llama"] = "llama.cpp"
+    # -ts: each GPU's share of the layers (proportions; "3,1" is split at its commas); all zero
+    # or none given: by free memory, i.e. equal shares on the profile's alike GPUs
+    tensor_split: tuple[Proportion, ...] | str = ()
+    # -sm: layers split over the GPUs (layer), or all on main_gpu (none); row (each matrix split
+    # by rows over the GPUs) is refused: not modelled
+    split_mode: Literal["layer", "row", "none"] = "layer"
+    main_gpu: Annotated[int, Meta(ge=0, lt=MAX_DEVICES)] = 0  # -mg: the GPU split_mode none uses
 
     def __post_init__(self) -> None:
-        """Split a comma-separated ``override_tensor`` and check each of its rules."""
+        """Split a comma-separated ``override_tensor`` and ``tensor_split``; check each rule."""
         super().__post_init__()
+        split = self.tensor_split
+        if isinstance(split, str):
+            try:
+                split = tuple(float(x) for x in split.replace("/", ",").split(",") if x.strip())
+            except ValueError:
+                raise FieldError("tensor_split", "must be proportions such as '3,1'") from None
+            msgspec.structs.force_setattr(self, "tensor_split", split)
+        if len(split) > MAX_DEVICES or not all(0.0 <= x <= 1e9 for x in split):
+            raise FieldError(
+                "tensor_split", f"must be at most {MAX_DEVICES} proportions from 0 to 1e9"
+            )
         rules = self.override_tensor
         if isinstance(rules, str):
             rules = tuple(x for x in rules.split(",") if x.strip())
@@ -85,14 +105,17 @@ _DEVICES = {"cpu": "cpu", "gpu": "gpu"}
 
 
 def _parse_rule(entry: Any) -> tuple[str, str]:
-    """Return (pattern, 'cpu' | 'gpu') from one ``-ot`` entry, refusing what llama.cpp would."""
+    """Return (pattern, device) from one ``-ot`` entry, refusing what llama.cpp would.
+
+    The device is 'cpu', 'gpu<N>' for a numbered GPU buffer (CUDA1: 'gpu1') or 'gpu' for an
+    unnumbered one (the main GPU).
+    """
     if not isinstance(entry, str) or "=" not in entry or len(entry) > 1000:
         raise ValueError(f"override {entry!r} must be 'REGEX=CPU' or 'REGEX=CUDA0'")
     pattern, _, buffer = entry.rpartition("=")
     name = buffer.strip().lower()
-    device = _DEVICES.get(name) or (
-        "gpu" if re.fullmatch(r"(cuda|rocm|vulkan|metal|gpu)\d*", name) else ""
-    )
+    numbered = re.fullmatch(r"(?:cuda|rocm|vulkan|metal|gpu)(\d{1,2})?", name)
+    device = _DEVICES.get(name) or (("gpu" + (numbered.group(1) or "")) if numbered else "")
     if not pattern or not device:
         raise ValueError(f"override {entry!r}: buffer {buffer!r} is not CPU or a GPU (CUDA0, ...)")
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from kvoffload.engines.each.llamacpp.options import Options, _parse_rule
+from kvoffload.inputs.errors import InputError
 from kvoffload.inputs.units import format_bytes
 from kvoffload.model import capacity, cpu_rate, decode, routing, tensor_groups
 from kvoffload.model.prediction import Scenario
@@ -28,28 +29,56 @@ def placement(sc: Scenario) -> tuple[int, np.ndarray]:
     return ngl, np.arange(n + 1) >= i_gpu_start
 
 
+def split_points(sc: Scenario) -> np.ndarray:
+    """Return the cumulative split points over the GPUs, from ``tensor_split`` or free memory.
+
+    ``tensor_split`` all zero (or not given): each device's free memory, equal on a profile's
+    alike GPUs; else its proportions, missing ones zero. Summed and normalised
+    (ggml-org/llama.cpp src/llama-model.cpp ``load_tensors`` at
+    a5410f046c01d01330c8a42f13b64a211fedf2c3, "calculate the split points").
+    """
+    count = sc.system.gpu.count
+    given = np.zeros(count)
+    ts = sc.options.tensor_split[:count]
+    given[: len(ts)] = ts
+    shares = given if given.any() else np.ones(count)
+    return np.cumsum(shares) / shares.sum()
+
+
 def gpu_split(sc: Scenario) -> np.ndarray:
     """Return the GPU of each layer position and the output layer (-1: on the CPU).
 
-    ``--split-mode layer`` (the default) with no ``--tensor-split``: the split points are each
-    device's free memory, normalised and summed, and GPU layer ``il`` goes to
-    ``upper_bound(splits, (il - i_gpu_start) / act_gpu_layers)`` (ggml-org/llama.cpp
-    src/llama-model.cpp ``load_tensors`` at a5410f046c01d01330c8a42f13b64a211fedf2c3). The GPUs of
-    a profile are alike, so each holds an equal run of consecutive layers.
+    ``--split-mode layer`` (the default): GPU layer ``il`` goes to
+    ``upper_bound(splits, (il - i_gpu_start) / act_gpu_layers)`` (``load_tensors``, as
+    ``split_points``), so each GPU holds a run of consecutive layers in proportion to its
+    split; ``--split-mode none``: every GPU layer on ``main_gpu``.
     """
+    o, count = sc.options, sc.system.gpu.count
+    if o.main_gpu >= count:
+        raise InputError(
+            f"main_gpu {o.main_gpu} names a GPU the profile does not have ({count} GPU(s))",
+            field="options.main_gpu",
+        )
+    if o.split_mode == "row":
+        raise InputError(
+            "split_mode row (each matrix split by rows over the GPUs, the rest on main_gpu) is "
+            "not modelled; use layer (the default) or none",
+            field="options.split_mode",
+        )
+    if len(o.tensor_split) > count:
+        raise InputError(
+            f"tensor_split gives {len(o.tensor_split)} proportions for {count} GPU(s)",
+            field="options.tensor_split",
+        )
     ngl, on_gpu = placement(sc)
-    count = sc.system.gpu.count
+    if sc.options.split_mode == "none":
+        return np.where(on_gpu, sc.options.main_gpu, -1)
     act = min(ngl, sc.model.n_layers + 1)
     start = int(np.argmax(on_gpu)) if on_gpu.any() else len(on_gpu)
-    splits = np.arange(1, count + 1) / count
     pos = (np.arange(len(on_gpu)) - start) / max(act, 1)
-    return np.where(on_gpu, np.searchsorted(splits, pos, side="right"), -1)
-
-
-def gpu_boundaries(sc: Scenario) -> int:
-    """Return how many times a token's graph passes from one GPU to the next (layer split)."""
-    used = gpu_split(sc)
-    return max(len(set(used[used >= 0].tolist())) - 1, 0)
+    last = sc.system.gpu.count - 1
+    gpu = np.minimum(np.searchsorted(split_points(sc), pos, side="right"), last)
+    return np.where(on_gpu, gpu, -1)
 
 
 def layers_per_gpu(sc: Scenario) -> list[int]:
@@ -72,13 +101,52 @@ EXPS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
 
 
 def tensor_devices(sc: Scenario) -> tuple[TensorTable, np.ndarray]:
-    """Return the model's tensors and, per tensor, True where its weights live on the GPU."""
+    """Return the model's tensors and, per tensor, True where its weights live on a GPU."""
+    table, gpus = tensor_gpus(sc)
+    return table, gpus >= 0
+
+
+def tensor_gpus(sc: Scenario) -> tuple[TensorTable, np.ndarray]:
+    """Return the model's tensors and, per tensor, the GPU its weights live on (-1: the CPU).
+
+    A tensor goes with its layer (``gpu_split``) unless a tensor override names its buffer: the
+    CPU, a numbered GPU (``=CUDA1``), or an unnumbered one (the main GPU where its layer is on
+    the CPU). A numbered GPU the profile does not have is refused.
+    """
     table = tensor_groups.tensor_table(sc.model, sc.setup.weights)
-    _, layer_on_gpu = placement(sc)
-    on_gpu = np.where(table.position >= 0, layer_on_gpu[np.maximum(table.position, 0)], False)
-    forced = tensor_groups.match_overrides(table, override_rules(sc.options))
-    on_gpu = np.where(forced == "gpu", True, np.where(forced == "cpu", False, on_gpu))
-    return table, on_gpu.astype(bool)
+    layer_gpu = gpu_split(sc)
+    gpus = np.where(table.position >= 0, layer_gpu[np.maximum(table.position, 0)], -1)
+    rules = override_rules(sc.options)
+    if not rules:
+        return table, gpus
+    forced = tensor_groups.match_overrides(table, rules)
+    for device in set(forced.tolist()) - {"", "cpu"}:
+        named = int(device[3:]) if device != "gpu" else None
+        if named is not None and named >= sc.system.gpu.count:
+            raise InputError(
+                f"a tensor override names CUDA{named}, but the profile has "
+                f"{sc.system.gpu.count} GPU(s) (CUDA0 to CUDA{sc.system.gpu.count - 1})",
+                field="options.override_tensor",
+            )
+        here = forced == device
+        gpus = np.where(
+            here,
+            named if named is not None else np.where(gpus >= 0, gpus, sc.options.main_gpu),
+            gpus,
+        )
+    gpus = np.where(forced == "cpu", -1, gpus)
+    return table, gpus.astype(np.int64)
+
+
+def gpu_bytes_each(sc: Scenario, kv_layers: np.ndarray) -> np.ndarray:
+    """Return the bytes each GPU holds: its tensors' weights and the KV of the layers it runs."""
+    table, gpus = tensor_gpus(sc)
+    count = sc.system.gpu.count
+    weights = np.bincount(gpus[gpus >= 0], weights=table.nbytes[gpus >= 0], minlength=count)
+    layer_gpu = gpu_split(sc)[:-1]
+    kv_here = (layer_gpu >= 0) & (not sc.options.no_kv_offload)
+    kv = np.bincount(layer_gpu[kv_here], weights=kv_layers[kv_here], minlength=count)
+    return weights + kv
 
 
 def cpu_weight_rate(sc: Scenario) -> float:

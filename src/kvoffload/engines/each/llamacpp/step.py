@@ -11,10 +11,10 @@ from kvoffload.engines.each.llamacpp.options import gpu_share_default, split_syn
 from kvoffload.engines.each.llamacpp.placement import (
     _read_bytes,
     cpu_weight_rate,
-    gpu_boundaries,
+    gpu_split,
     host_read_rate,
     placement,
-    tensor_devices,
+    tensor_gpus,
 )
 from kvoffload.model import decode, kv, tensor_groups, transfer
 from kvoffload.model.prediction import Scenario
@@ -28,16 +28,17 @@ def _constants(sc: Scenario) -> tuple[float, float]:
     return share, sync
 
 
-def _hand_overs(sc: Scenario, table: TensorTable, on_gpu: np.ndarray) -> tuple[int, int]:
-    """Return the device changes along one token's graph: (host->GPU, GPU->host).
+def _hand_overs(sc: Scenario, table: TensorTable, gpus: np.ndarray) -> tuple[int, int, int]:
+    """Return the device changes along one token's graph: (host->GPU, GPU->host, GPU->GPU).
 
-    Each layer runs its matmuls in order, each where its weights are (norms and biases go with
-    the op they follow), and its attention where its KV lives, after the attention projections;
-    the token embedding is looked up in host memory and the logits are sampled there.
+    Each layer runs its matmuls in order, each where its weights are (``gpus``: each tensor's
+    GPU, -1 the CPU; norms and biases go with the op they follow), and its attention where its
+    KV lives (its layer's GPU), after the attention projections; the token embedding is looked
+    up in host memory and the logits are sampled there.
     """
     n_layers = sc.model.n_layers
-    _, layer_on_gpu = placement(sc)
-    kv_on_gpu = layer_on_gpu[:-1] & (not sc.options.no_kv_offload)
+    layer_gpu = gpu_split(sc)[:-1]
+    kv_gpu = np.where(sc.options.no_kv_offload, -1, layer_gpu)
     norms = tensor_groups.GROUPS.index("norms")
     attention = tensor_groups.GROUPS.index("attention")
     bias = np.char.endswith(np.asarray(table.names, dtype=str), ".bias")
@@ -50,12 +51,14 @@ def _hand_overs(sc: Scenario, table: TensorTable, on_gpu: np.ndarray) -> tuple[i
     keys_pos = np.concatenate([pos, np.arange(n_layers)])
     keys_rank = np.concatenate([rank, np.ones(n_layers, dtype=rank.dtype)])
     keys_order = np.concatenate([ops, np.zeros(n_layers, dtype=ops.dtype)])
-    where = np.concatenate([np.asarray(on_gpu, dtype=bool)[ops], np.asarray(kv_on_gpu, bool)])
+    where = np.concatenate([np.asarray(gpus, dtype=np.int64)[ops], kv_gpu.astype(np.int64)])
     inner = where[np.lexsort((keys_order, keys_rank, keys_pos))]
-    seq = np.concatenate([[False], inner, [False]])  # embedding lookup and sampling on the host
-    ups = int(np.count_nonzero(~seq[:-1] & seq[1:]))
-    downs = int(np.count_nonzero(seq[:-1] & ~seq[1:]))
-    return ups, downs
+    seq = np.concatenate([[-1], inner, [-1]])  # embedding lookup and sampling on the host
+    a, b = seq[:-1], seq[1:]
+    ups = int(np.count_nonzero((a < 0) & (b >= 0)))
+    downs = int(np.count_nonzero((a >= 0) & (b < 0)))
+    peers = int(np.count_nonzero((a >= 0) & (b >= 0) & (a != b)))
+    return ups, downs, peers
 
 
 def step_parts(sc: Scenario, context: np.ndarray, batch: float) -> dict[str, np.ndarray]:
@@ -68,7 +71,8 @@ def _step_parts_at(sc: Scenario, batch: float) -> Callable[[np.ndarray], dict[st
     system, model = sc.system, sc.model
     share, sync = _constants(sc)
     pinned = sc.pinned_or(True)  # the CUDA backend copies through pinned host buffers
-    table, on_gpu = tensor_devices(sc)
+    table, gpus = tensor_gpus(sc)
+    on_gpu = gpus >= 0
     lay = decode.layers(model, sc.setup.weights)
     k, n = lay.expert_use
     read = _read_bytes(sc, table, batch)  # bytes a step reads per tensor
@@ -96,7 +100,7 @@ def _step_parts_at(sc: Scenario, batch: float) -> Callable[[np.ndarray], dict[st
     gpu_kv_scale = att_bw / attention.gpu_kv_rate(sc)
     cpu_kv_scale = host_bw / attention.cpu_kv_rate(sc)
     cpu_rate_w = cpu_weight_rate(sc)
-    ups, downs = _hand_overs(sc, table, on_gpu)
+    ups, downs, peers = _hand_overs(sc, table, gpus)
     activations = batch * model.hidden * 4  # llama.cpp's activations are f32
     lat = system.link.latency.value
     link = ups * (activations / system.copy_rate("h2d", pinned=pinned) + lat + sync)
@@ -110,9 +114,10 @@ def _step_parts_at(sc: Scenario, batch: float) -> Callable[[np.ndarray], dict[st
     if logits_on_gpu and downs:  # the last hand-over brings the logits back for sampling
         down_bytes[-1] = batch * model.vocab * 4
     link = link + float((down_bytes / system.copy_rate("d2h", pinned=pinned) + lat + sync).sum())
-    # --split-mode layer: the activations pass from one GPU to the next at each boundary (the
-    # profile has no GPU-GPU figure: its link's pinned rate and latency)
-    link = link + gpu_boundaries(sc) * float(transfer.peer_time(system, activations))
+    # from one GPU to another (a layer split's boundary, a tensor another GPU holds): the
+    # activations pass between them (the profile has no GPU-GPU figure: its link's pinned rate
+    # and latency)
+    link = link + peers * float(transfer.peer_time(system, activations))
 
     def at(context: np.ndarray) -> dict[str, np.ndarray]:
         held = np.minimum(np.asarray(context, dtype=np.float64)[..., None], window)

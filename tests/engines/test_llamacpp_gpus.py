@@ -1,0 +1,118 @@
+"""llama.cpp on several GPUs as load_tensors places them: ``tensor_split`` proportions, split mode
+``layer`` or ``none`` with ``main_gpu``, ``-ot …=CUDAn`` naming a GPU; each GPU's bytes checked
+against its own memory, and a hand-over wherever the graph passes from one GPU to another."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvoffload.engines.each import llamacpp
+from kvoffload.engines.scenario import parse_scenario, predict
+from kvoffload.inputs.errors import InputError
+from kvoffload.model import transfer
+from kvoffload.model.prediction import shortfalls
+
+TWO = {"base": "a100-80gb-sxm-pcie4", "gpu": {"base": "a100-80gb-sxm", "count": 2}}
+
+
+def _raw(model: str = "llama-3.1-8b", **options) -> dict:
+    return {
+        "hardware": TWO,
+        "model": model,
+        "engine": "llamacpp",
+        "precision": {"weights": "q4_k_m", "kv": "fp16"},
+        "workload": {"batch": 1, "prompt": 1024, "generate": 8},
+        "options": options,
+    }
+
+
+def test_tensor_split_gives_each_gpu_its_proportion_of_the_layers():
+    sc = parse_scenario(_raw(tensor_split="3,1"))
+    n = sc.model.n_layers + 1  # the output layer counts
+    # GPU 0 takes the positions p with p / n below 3/4: upper_bound over the split points
+    first = math.ceil(0.75 * n)
+    assert llamacpp.layers_per_gpu(sc) == [first, n - first]
+    assert parse_scenario(_raw(tensor_split=[3, 1])).options.tensor_split == (3.0, 1.0)
+
+
+def test_without_a_split_alike_gpus_take_equal_runs():
+    sc = parse_scenario(_raw())
+    a, b = llamacpp.layers_per_gpu(sc)
+    assert abs(a - b) <= 1 and a + b == sc.model.n_layers + 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    split=st.lists(st.integers(0, 9), min_size=0, max_size=2),
+    ngl=st.one_of(st.none(), st.integers(0, 33)),
+    mode=st.sampled_from(["layer", "none"]),
+    main=st.integers(0, 1),
+    moe=st.booleans(),
+)
+def test_each_gpus_bytes_add_up_to_the_gpu_total(split, ngl, mode, main, moe):
+    """Bytes are conserved: what the GPUs hold one by one is what the GPU tier holds."""
+    options = {"tensor_split": split, "split_mode": mode, "main_gpu": main}
+    if ngl is not None:
+        options["n_gpu_layers"] = ngl
+    model = "qwen3-30b-a3b" if moe else "llama-3.1-8b"
+    if moe:
+        options["override_tensor"] = ["blk\\.1[0-9]\\.ffn_.*_exps=CUDA1"]
+    sc = parse_scenario(_raw(model, **options))
+    mem = llamacpp.ENGINE.memory(sc)
+    assert len(mem.gpu_each) == 2 and min(mem.gpu_each) >= 0
+    assert sum(mem.gpu_each) == pytest.approx(float(mem.gpu), rel=1e-12)
+    if mode == "none" and not moe:
+        assert mem.gpu_each[1 - main] == 0
+
+
+def test_one_gpu_can_overflow_while_the_sum_fits():
+    # a 70B in bf16 (~141 GB) fits two 80 GB GPUs split evenly, not almost all on one
+    raw = _raw("llama-3.1-70b", tensor_split="20,1")
+    raw["precision"] = {"weights": "bf16", "kv": "fp16"}
+    sc = parse_scenario(raw)
+    p = predict(sc, check=False)
+    short = shortfalls(sc.system, p.memory)
+    assert [t for t, _, _ in short] == ["GPU memory (GPU 0)"]
+    assert float(p.memory.gpu) <= sc.system.gpu_memory
+    even = predict(parse_scenario({**raw, "options": {}}), check=False)
+    assert float(even.memory.gpu) == pytest.approx(float(p.memory.gpu), rel=1e-12)
+    assert not shortfalls(sc.system, even.memory)
+
+
+def test_split_mode_none_drops_the_boundary_hand_over():
+    layer = parse_scenario(_raw())
+    none = parse_scenario(_raw(split_mode="none", main_gpu=1))
+    act = layer.model.hidden * 4.0
+    gap = predict(layer, check=False).tpot_s - predict(none, check=False).tpot_s
+    assert gap == pytest.approx(float(transfer.peer_time(layer.system, act)), rel=1e-9)
+    assert llamacpp.layers_per_gpu(none) == [0, none.model.n_layers + 1]
+
+
+def test_experts_on_another_gpu_cost_two_hand_overs_a_layer():
+    sc = parse_scenario(_raw("qwen3-30b-a3b", split_mode="none", override_tensor="exps=CUDA1"))
+    table, gpus = llamacpp.tensor_gpus(sc)
+    ups, downs, peers = llamacpp._hand_overs(sc, table, gpus)
+    assert (ups, downs, peers) == (1, 1, 2 * sc.model.n_layers)
+    each = llamacpp.ENGINE.memory(sc).gpu_each
+    assert each[1] == pytest.approx(float(table.nbytes[table.routed].sum()), rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("options", "field", "fragment"),
+    [
+        ({"override_tensor": "exps=CUDA2"}, "options.override_tensor", "names CUDA2"),
+        ({"main_gpu": 2}, "options.main_gpu", "main_gpu 2"),
+        ({"tensor_split": "1,1,1"}, "options.tensor_split", "3 proportions for 2 GPU(s)"),
+        ({"tensor_split": "1,x"}, "tensor_split", "proportions such as"),
+        ({"split_mode": "row"}, "options.split_mode", "not modelled"),
+    ],
+)
+def test_gpus_the_profile_does_not_have_are_refused_in_one_line(options, field, fragment):
+    with pytest.raises(InputError) as info:
+        predict(parse_scenario(_raw("qwen3-30b-a3b", **options)), check=False)
+    text = str(info.value)
+    assert field in text and fragment in text and "\n" not in text
