@@ -97,6 +97,17 @@ def test_recorded_h100_pcie_picks_its_part_and_counts_two():
     assert raw["link"]["name"] == "PCIe 5.0 x16"
 
 
+def test_a_mixed_rig_keeps_each_gpu_model_in_device_order():
+    smi = "NVIDIA GeForce RTX 4090, 24564, 4, 16\nNVIDIA GeForce RTX 5090, 32607, 5, 16\n"
+    smi += "NVIDIA GeForce RTX 4090, 24564, 4, 16\n"
+    raw = detect.detected_profile(_reading(smi), "rig")
+    system = build_system(raw, ident=raw["id"], origin="test")
+    assert system.gpu.count == 2 and len(system.more_gpus) == 1
+    assert system.more_gpus[0].name == "NVIDIA GeForce RTX 5090"
+    assert system.more_gpus[0].memory.value == 32607 * 2**20
+    assert system.gpu_memory == (2 * 24564 + 32607) * 2**20
+
+
 def test_h100_sxm_name_and_the_closest_memory_among_name_matches():
     gpus = catalog.parts("gpu")
     assert detect.match_gpu("NVIDIA H100 80GB HBM3", 81559, gpus)[0] == "h100-sxm"

@@ -33,11 +33,12 @@ def show_profile(args: argparse.Namespace) -> int:
         print(f"  {system.description}")
     print(f"  (from {system.origin})")
     current = ""
+    parts = system.parts()
     for key, fig in system.figures().items():
         part, field = key.split(".", 1)
         if part != current:
             current = part
-            print(f"{part}: {getattr(system, part).name}")
+            print(f"{part}: {parts[part].name}")
         source = registry.get(fig.source, {}).get("title", fig.source) or "no source given"
         print(f"  {field:<28} {fig!s:<26} {fig.kind.value:<9} {source}")
     return 0

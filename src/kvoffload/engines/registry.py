@@ -159,12 +159,25 @@ def validate_options(engine: str, raw: dict) -> Any:
     )
 
 
+def _check_gpus(spec: EngineSpec, sc: Scenario) -> None:
+    """Refuse GPUs of different models for an engine that runs alike GPUs only."""
+    if sc.system.more_gpus and not spec.mixed_gpus:
+        raise InputError(
+            f"engine {spec.name} runs alike GPUs (one model, gpu.count of them); a profile with "
+            "more_gpus runs on engine: llamacpp",
+            field="hardware.more_gpus",
+        )
+
+
 def run_engine(sc: Scenario) -> Prediction:
     """Return an engine's prediction for a scenario."""
-    return ENGINES[sc.engine].predict(sc)
+    spec = ENGINES[sc.engine]
+    _check_gpus(spec, sc)
+    return spec.predict(sc)
 
 
 def engine_memory(sc: Scenario) -> Memory:
     """Return the bytes a scenario holds where, without its timing where the engine can."""
     spec = ENGINES[sc.engine]
+    _check_gpus(spec, sc)
     return spec.memory(sc) if spec.memory is not None else spec.predict(sc).memory

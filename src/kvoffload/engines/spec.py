@@ -52,7 +52,8 @@ class EngineSpec:
       to use instead when a scenario gives ``reuse:`` or ``traffic:`` (by default, the engines
       that have one);
     - ``memory``: the scenario's memory without its timing (what a search for a fit asks many
-      times); None: the memory of ``predict``'s answer.
+      times); None: the memory of ``predict``'s answer;
+    - ``mixed_gpus``: it runs a profile whose ``more_gpus`` mixes GPU models (else refused).
     """
 
     name: str = REQUIRED
@@ -64,6 +65,7 @@ class EngineSpec:
     routing_ignored: tuple[tuple[str, ...], str] = REQUIRED
     prefix_cache: PrefixCache | str = NO_PREFIX_CACHE
     memory: Callable[[Scenario], Memory] | None = None
+    mixed_gpus: bool = False  # it places work GPU by GPU, so GPUs of different models may mix
 
 
 @dataclass(frozen=True, kw_only=True)

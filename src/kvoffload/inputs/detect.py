@@ -156,19 +156,31 @@ def _gpu_part(reading: Reading, notes: list[str]) -> tuple[dict, GpuReading | No
         notes.append(f"no GPU detected: the GPU is catalog part {ident}, a placeholder")
         return _from_catalog(gpus[ident], ident), None, gpus[ident]
     first = reading.gpus[0]
-    ident, note = match_gpu(first.name, first.memory_mib, gpus)
+    part, ident = _detected_gpu(first, reading, gpus, notes)
+    return part, first, gpus[ident]
+
+
+def _detected_gpu(
+    one: GpuReading, reading: Reading, gpus: dict, notes: list[str]
+) -> tuple[dict, str]:
+    """Return the GPU part of every GPU read with ``one``'s name, and its catalog id."""
+    ident, note = match_gpu(one.name, one.memory_mib, gpus)
     notes.append(note)
-    same = [g for g in reading.gpus if g.name == first.name]
-    if len(same) < len(reading.gpus):
-        notes.append(
-            f"GPUs of other kinds are left out; the profile has the {len(same)} {first.name}"
-        )
+    same = [g for g in reading.gpus if g.name == one.name]
     part = _from_catalog(gpus[ident], ident)
-    part["name"] = first.name
-    part["memory"] = _detected(f"{first.memory_mib} MiB", first.tool, "memory.total")
+    part["name"] = one.name
+    part["memory"] = _detected(f"{one.memory_mib} MiB", one.tool, "memory.total")
     if len(same) > 1:
         part["count"] = len(same)
-    return part, first, gpus[ident]
+    return part, ident
+
+
+def _more_gpus(reading: Reading, notes: list[str]) -> list[dict]:
+    """Return the parts of the GPUs of other models than the first one read (a mixed rig)."""
+    gpus = catalog.parts("gpu")
+    names = list(dict.fromkeys(g.name for g in reading.gpus))[1:]
+    firsts = [next(g for g in reading.gpus if g.name == name) for name in names]
+    return [_detected_gpu(one, reading, gpus, notes)[0] for one in firsts]
 
 
 def _host_part(reading: Reading, notes: list[str]) -> dict:
@@ -222,6 +234,7 @@ def detected_profile(reading: Reading, host: str = "this-machine") -> dict[str, 
     """Return the profile mapping of a machine read into ``reading`` (pure: no tool is run)."""
     notes: list[str] = []
     gpu, first, gpu_base = _gpu_part(reading, notes)
+    more = _more_gpus(reading, notes)
     link_id, link_note = match_link(first, gpu_base)
     notes.append(link_note)
     host_part = _host_part(reading, notes)
@@ -242,7 +255,7 @@ def detected_profile(reading: Reading, host: str = "this-machine") -> dict[str, 
     )
     if reading.skipped:
         description += f" Skipped: {'; '.join(reading.skipped)}."
-    return {
+    profile = {
         "id": ident[:60].strip("-.") or "detected",
         "name": f"{host[:60]}, detected by kvoffload",
         "description": description[:2000],
@@ -251,6 +264,9 @@ def detected_profile(reading: Reading, host: str = "this-machine") -> dict[str, 
         "host": host_part,
         "storage": storage_id,
     }
+    if more:  # GPUs of other models, in the order the tool listed them (llama.cpp runs them)
+        profile["more_gpus"] = more
+    return profile
 
 
 def detect() -> dict[str, Any]:

@@ -253,8 +253,12 @@ def _not_above(part: Part, name: str, limit: str, slack: float = 1.0) -> None:
         )
 
 
+MAX_GPUS = 64  # every GPU of a machine, ``gpu`` and ``more_gpus`` together
+
+
 class System(Strict, kw_only=True):
-    """A whole machine: one GPU type (times count), its link, the host and storage."""
+    """A whole machine: one GPU type (times count), other GPU models beside it (``more_gpus``,
+    each times its count: a mixed rig), its link, the host and storage."""
 
     id: str
     name: PlainName
@@ -264,14 +268,27 @@ class System(Strict, kw_only=True):
     link: Link
     host: Host
     storage: Storage
+    more_gpus: tuple[Gpu, ...] = ()  # after gpu in device order (CUDA0 is gpu's first)
     # tables kept by `kvoffload measure`; reports read them, the model does not
     measurements: dict = msgspec.field(default_factory=dict)
 
     # -- capacity and rates: the one place the model reads them from ----------------------------
     @property
+    def devices(self) -> tuple[Gpu, ...]:
+        """Return every GPU in device order: ``gpu`` times its count, then each of ``more_gpus``."""
+        return tuple(g for part in (self.gpu, *self.more_gpus) for g in [part] * part.count)
+
+    @property
+    def n_gpus(self) -> int:
+        """Return how many GPUs the machine has, of every model."""
+        return self.gpu.count + sum(g.count for g in self.more_gpus)
+
+    @property
     def gpu_memory(self) -> float:
-        """Return the GPU memory of the whole machine in bytes: one GPU's times ``gpu.count``."""
-        return self.gpu.memory.value * self.gpu.count
+        """Return the GPU memory of the whole machine in bytes: every GPU's together."""
+        if not self.more_gpus:
+            return self.gpu.memory.value * self.gpu.count
+        return float(sum(g.memory.value for g in self.devices))
 
     @property
     def host_memory(self) -> float:
@@ -307,11 +324,16 @@ class System(Strict, kw_only=True):
         """Return the host<->GPU copy rate (B/s): the link or host DRAM, whichever is slower."""
         return min(self.link_rate(direction, pinned=pinned), self.host.memory_bandwidth.value)
 
+    def parts(self) -> dict[str, Part]:
+        """Return every part by its place in the profile: gpu, link, host, storage, more_gpus[i]."""
+        out: dict[str, Part] = {kind: getattr(self, kind) for kind in catalog.PART_KINDS}
+        out.update({f"more_gpus[{i}]": g for i, g in enumerate(self.more_gpus)})
+        return out
+
     def figures(self) -> dict[str, Figure]:
-        """Return every quantity as 'part.field' -> Figure."""
+        """Return every quantity as 'part.field' -> Figure (more GPUs as 'more_gpus[i].field')."""
         out: dict[str, Figure] = {}
-        for kind in catalog.PART_KINDS:
-            part = getattr(self, kind)
+        for kind, part in self.parts().items():
             for name in part.__struct_fields__:
                 value = getattr(part, name)
                 if isinstance(value, Figure):
@@ -328,20 +350,34 @@ class System(Strict, kw_only=True):
             "origin": self.origin,
         }
         for kind in catalog.PART_KINDS:
-            part = getattr(self, kind)
-            entry: dict[str, Any] = {}
-            for name in part.__struct_fields__:
-                value = getattr(part, name)
-                if isinstance(value, Figure):
-                    entry[name] = value.to_json(registry)
-                elif value is not None:
-                    entry[name] = value
-            out[kind] = entry
+            out[kind] = _part_json(getattr(self, kind), registry)
+        if self.more_gpus:
+            out["more_gpus"] = [_part_json(g, registry) for g in self.more_gpus]
         return out
 
 
+def _part_json(part: Part, registry: dict) -> dict[str, Any]:
+    """Return one part's fields: each figure with its kind and source."""
+    entry: dict[str, Any] = {}
+    for name in part.__struct_fields__:
+        value = getattr(part, name)
+        if isinstance(value, Figure):
+            entry[name] = value.to_json(registry)
+        elif value is not None:
+            entry[name] = value
+    return entry
+
+
 _ID = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")
-_SYSTEM_KEYS = {"id", "name", "description", "base", "measurements", *catalog.PART_KINDS}
+_SYSTEM_KEYS = {
+    "id",
+    "name",
+    "description",
+    "base",
+    "measurements",
+    "more_gpus",
+    *catalog.PART_KINDS,
+}
 
 
 def _unknown_field(key: str, known: list[str]) -> str:
@@ -418,6 +454,7 @@ def build_system(raw: Any, *, ident: str, origin: str) -> System:
             built[kind] = build_part(kind, base_raw[kind])
         else:
             raise InputError("required part is missing", field=kind)
+    more = _more_gpus(raw.get("more_gpus", base_raw.get("more_gpus", [])), built["gpu"])
     measurements = raw.get("measurements", {})
     if not isinstance(measurements, dict):
         raise InputError("must be a mapping", field="measurements")
@@ -429,8 +466,28 @@ def build_system(raw: Any, *, ident: str, origin: str) -> System:
         description=plain_text(description, field="description", max_chars=NOTE_CHARS),
         origin=origin,
         measurements=build_measurements(measurements),
+        more_gpus=more,
         **built,
     )
+
+
+def _more_gpus(raw: Any, gpu: Gpu) -> tuple[Gpu, ...]:
+    """Validate ``more_gpus``: a list of GPU parts (catalog ids or mappings), MAX_GPUS in all."""
+    if not isinstance(raw, list):
+        raise InputError("must be a list of GPUs (catalog ids or mappings)", field="more_gpus")
+    if len(raw) > MAX_GPUS:
+        raise InputError(f"lists more than {MAX_GPUS} GPUs", field="more_gpus")
+    out = []
+    for i, entry in enumerate(raw):
+        try:
+            out.append(build_part("gpu", entry))
+        except InputError as exc:  # gpu.memory -> more_gpus[0].memory
+            where = f"more_gpus[{i}]" + (exc.field or "").removeprefix("gpu")
+            raise InputError(exc.problem, file=exc.file, field=where) from None
+    total = gpu.count + sum(g.count for g in out)
+    if total > MAX_GPUS:
+        raise InputError(f"{total} GPUs in all, more than {MAX_GPUS}", field="more_gpus")
+    return tuple(out)
 
 
 def system_ids() -> list[str]:

@@ -221,8 +221,10 @@ def shortfalls(system: System, mem: decode.Memory) -> list[tuple[str, float, flo
     """Return (tier, bytes needed, bytes there) for every tier the memory overflows."""
     tiers = capacity.tiers(system, mem.gpu, mem.cpu, mem.disk)
     # GPU by GPU where the engine places so: one GPU may overflow while the sum fits
+    devices = system.devices if mem.gpu_each else ()
     tiers += [
-        (f"GPU memory (GPU {i})", b, system.gpu.memory.value) for i, b in enumerate(mem.gpu_each)
+        (f"GPU memory (GPU {i})", b, gpu.memory.value)
+        for i, (b, gpu) in enumerate(zip(mem.gpu_each, devices, strict=True))
     ]
     return [(t, float(need), have) for t, need, have in tiers if not capacity.within(need, have)]
 

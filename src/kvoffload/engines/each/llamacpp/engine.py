@@ -67,7 +67,7 @@ def _held(sc: Scenario) -> _Held:
     kv_layers = kv.layer_bytes(sc.setup.cache_model, final, sc.setup.kv) * sc.batch
     kv_gpu = 0.0 if sc.options.no_kv_offload else float(kv_layers[layer_on_gpu[:-1]].sum())
     kv_cpu = float(kv_layers.sum()) - kv_gpu
-    each = tuple(gpu_bytes_each(sc, kv_layers).tolist()) if sc.system.gpu.count > 1 else ()
+    each = tuple(gpu_bytes_each(sc, kv_layers).tolist()) if sc.system.n_gpus > 1 else ()
     paged = paged_bytes(sc, w_cpu, kv_cpu)
     return _Held(table, on_gpu, w_gpu, w_cpu, kv_gpu, kv_cpu, paged, each)
 
@@ -178,6 +178,7 @@ def _paging(paged: float) -> list[str]:
 
 ENGINE = EngineSpec(
     name="llamacpp",
+    mixed_gpus=True,
     options=Options,
     predict=predict,
     placement_option="options.n_gpu_layers (and options.no_kv_offload)",

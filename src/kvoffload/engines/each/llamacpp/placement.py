@@ -33,15 +33,21 @@ def split_points(sc: Scenario) -> np.ndarray:
     """Return the cumulative split points over the GPUs, from ``tensor_split`` or free memory.
 
     ``tensor_split`` all zero (or not given): each device's free memory, equal on a profile's
-    alike GPUs; else its proportions, missing ones zero. Summed and normalised
+    alike GPUs and, on mixed ones, each GPU's memory (what is free before the model loads);
+    else its proportions, missing ones zero. Summed and normalised
     (ggml-org/llama.cpp src/llama-model.cpp ``load_tensors`` at
     a5410f046c01d01330c8a42f13b64a211fedf2c3, "calculate the split points").
     """
-    count = sc.system.gpu.count
+    count = sc.system.n_gpus
     given = np.zeros(count)
     ts = sc.options.tensor_split[:count]
     given[: len(ts)] = ts
-    shares = given if given.any() else np.ones(count)
+    if given.any():
+        shares = given
+    elif sc.system.more_gpus:  # GPUs of different models: each one's memory stands for its free
+        shares = np.array([g.memory.value for g in sc.system.devices])
+    else:
+        shares = np.ones(count)
     return np.cumsum(shares) / shares.sum()
 
 
@@ -53,7 +59,7 @@ def gpu_split(sc: Scenario) -> np.ndarray:
     ``split_points``), so each GPU holds a run of consecutive layers in proportion to its
     split; ``--split-mode none``: every GPU layer on ``main_gpu``.
     """
-    o, count = sc.options, sc.system.gpu.count
+    o, count = sc.options, sc.system.n_gpus
     if o.main_gpu >= count:
         raise InputError(
             f"main_gpu {o.main_gpu} names a GPU the profile does not have ({count} GPU(s))",
@@ -76,7 +82,7 @@ def gpu_split(sc: Scenario) -> np.ndarray:
     act = min(ngl, sc.model.n_layers + 1)
     start = int(np.argmax(on_gpu)) if on_gpu.any() else len(on_gpu)
     pos = (np.arange(len(on_gpu)) - start) / max(act, 1)
-    last = sc.system.gpu.count - 1
+    last = sc.system.n_gpus - 1
     gpu = np.minimum(np.searchsorted(split_points(sc), pos, side="right"), last)
     return np.where(on_gpu, gpu, -1)
 
@@ -84,7 +90,7 @@ def gpu_split(sc: Scenario) -> np.ndarray:
 def layers_per_gpu(sc: Scenario) -> list[int]:
     """Return how many layer positions (the output layer counts) each GPU holds."""
     split = gpu_split(sc)
-    return np.bincount(split[split >= 0], minlength=sc.system.gpu.count).tolist()
+    return np.bincount(split[split >= 0], minlength=sc.system.n_gpus).tolist()
 
 
 def override_rules(o: Options) -> tuple[tuple[str, str], ...]:
@@ -122,10 +128,10 @@ def tensor_gpus(sc: Scenario) -> tuple[TensorTable, np.ndarray]:
     forced = tensor_groups.match_overrides(table, rules)
     for device in set(forced.tolist()) - {"", "cpu"}:
         named = int(device[3:]) if device != "gpu" else None
-        if named is not None and named >= sc.system.gpu.count:
+        if named is not None and named >= sc.system.n_gpus:
             raise InputError(
                 f"a tensor override names CUDA{named}, but the profile has "
-                f"{sc.system.gpu.count} GPU(s) (CUDA0 to CUDA{sc.system.gpu.count - 1})",
+                f"{sc.system.n_gpus} GPU(s) (CUDA0 to CUDA{sc.system.n_gpus - 1})",
                 field="options.override_tensor",
             )
         here = forced == device
@@ -141,7 +147,7 @@ def tensor_gpus(sc: Scenario) -> tuple[TensorTable, np.ndarray]:
 def gpu_bytes_each(sc: Scenario, kv_layers: np.ndarray) -> np.ndarray:
     """Return the bytes each GPU holds: its tensors' weights and the KV of the layers it runs."""
     table, gpus = tensor_gpus(sc)
-    count = sc.system.gpu.count
+    count = sc.system.n_gpus
     weights = np.bincount(gpus[gpus >= 0], weights=table.nbytes[gpus >= 0], minlength=count)
     layer_gpu = gpu_split(sc)[:-1]
     kv_here = (layer_gpu >= 0) & (not sc.options.no_kv_offload)

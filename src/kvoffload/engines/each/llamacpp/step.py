@@ -61,6 +61,27 @@ def _hand_overs(sc: Scenario, table: TensorTable, gpus: np.ndarray) -> tuple[int
     return ups, downs, peers
 
 
+def _mixed_rates(
+    sc: Scenario, table: TensorTable, gpus: np.ndarray, read: np.ndarray, flops: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Return, per position, the seconds its GPU-resident weights take to read and to compute,
+    each at its own GPU's streaming bandwidth and dense rate, and the attention rate and dense
+    rate of the GPU its layer runs on (GPUs of different models, ``more_gpus``)."""
+    devices = sc.system.devices
+    bandwidth = np.array([g.streaming_bandwidth for g in devices])
+    compute = np.array(
+        [g.flops_bf16.value * (g.compute_efficiency.value if g.compute_efficiency else 1.0)
+         for g in devices]
+    )  # fmt: skip
+    attend = np.array([g.attention_rate for g in devices])
+    here = np.maximum(gpus, 0)
+    on_gpu = gpus >= 0
+    w_s = table.by_position(read / bandwidth[here], on_gpu)
+    f_s = table.by_position(flops / compute[here], on_gpu)
+    layer = np.maximum(gpu_split(sc), 0)  # a position on the CPU attends there: any rate serves
+    return w_s, f_s, attend[layer], compute[layer]
+
+
 def step_parts(sc: Scenario, context: np.ndarray, batch: float) -> dict[str, np.ndarray]:
     """Return seconds per token on the GPU, on the CPU and crossing devices, over ``context``."""
     return _step_parts_at(sc, batch)(context)
@@ -118,6 +139,7 @@ def _step_parts_at(sc: Scenario, batch: float) -> Callable[[np.ndarray], dict[st
     # activations pass between them (the profile has no GPU-GPU figure: its link's pinned rate
     # and latency)
     link = link + peers * float(transfer.peer_time(system, activations))
+    mixed = _mixed_rates(sc, table, gpus, read, flops) if system.more_gpus else None
 
     def at(context: np.ndarray) -> dict[str, np.ndarray]:
         held = np.minimum(np.asarray(context, dtype=np.float64)[..., None], window)
@@ -125,13 +147,17 @@ def _step_parts_at(sc: Scenario, batch: float) -> Callable[[np.ndarray], dict[st
         gpu_kv = kv_bytes * gpu_kv_scale + state
         cpu_kv = kv_bytes * cpu_kv_scale + state
         attn_flops = batch * held * attn_per_token
-        gpu = (
-            np.maximum(
+        if mixed is None:
+            per_position = np.maximum(
                 w_gpu / hbm + gpu_kv * gpu_att / att_bw,
                 (f_gpu + attn_flops * gpu_att) / system.compute_rate,
-            ).sum(axis=-1)
-            / share
-        )
+            )
+        else:  # each tensor at its own GPU's rates, attention at its layer's GPU's
+            w_s, f_s, att_pos, compute_pos = mixed
+            per_position = np.maximum(
+                w_s + gpu_kv * gpu_att / att_pos, f_s + attn_flops * gpu_att / compute_pos
+            )
+        gpu = per_position.sum(axis=-1) / share
         cpu = np.maximum(
             w_cpu / cpu_rate_w + cpu_kv * (1 - gpu_att) / host_bw,
             (f_cpu + attn_flops * (1 - gpu_att)) / host_flops,
