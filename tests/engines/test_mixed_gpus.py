@@ -85,3 +85,16 @@ def test_a_bad_more_gpus_names_its_entry(more, field):
     with pytest.raises(InputError) as info:
         load_system({**MIXED, "more_gpus": more})
     assert str(info.value).startswith(field) or f" {field}" in str(info.value)
+
+
+def test_prefill_runs_each_gpus_layers_at_its_own_rate():
+    on_5090 = parse_scenario(_raw(MIXED, split_mode="none", main_gpu=1))
+    alone = parse_scenario(_raw(ONE_5090))
+    assert llamacpp.prefill_rate(on_5090) == pytest.approx(llamacpp.prefill_rate(alone), rel=1e-12)
+    on_4090 = parse_scenario(_raw(MIXED, split_mode="none"))
+    split = parse_scenario(_raw(MIXED))
+    rates = [llamacpp.prefill_rate(sc) for sc in (on_4090, split, on_5090)]
+    assert rates == sorted(rates) and rates[0] < rates[2]
+    a, b = llamacpp.layers_per_gpu(split)
+    harmonic = (a + b) / (a / rates[0] + b / rates[2])
+    assert rates[1] == pytest.approx(harmonic, rel=1e-12)

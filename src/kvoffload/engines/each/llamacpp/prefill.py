@@ -27,7 +27,8 @@ from __future__ import annotations
 import numpy as np
 
 from kvoffload.engines.each.llamacpp.options import mmq_share_default
-from kvoffload.engines.each.llamacpp.placement import cpu_weight_rate
+from kvoffload.engines.each.llamacpp.placement import cpu_weight_rate, layers_per_gpu
+from kvoffload.inputs.hardware import Gpu
 from kvoffload.inputs.precision import WeightFormat
 from kvoffload.model import decode, routing
 from kvoffload.model.prediction import Scenario
@@ -41,12 +42,32 @@ def is_gguf_quant(fmt: WeightFormat) -> bool:
     return fmt.value.startswith(("q", "iq"))
 
 
-def prefill_rate(sc: Scenario) -> float:
-    """Return the FLOP/s of llama.cpp's prefill matmuls on the scenario's GPU and weights."""
-    gpu = sc.system.gpu
-    if gpu.flops_int8 is None or not is_gguf_quant(sc.setup.weights):
-        return sc.system.compute_rate
+def _gpu_prefill_rate(gpu: Gpu, fmt: WeightFormat) -> float:
+    """Return one GPU's FLOP/s for llama.cpp's prefill matmuls: MMQ on its int8 tensor cores
+    for a quantised GGUF format, else its dense rate as GEMMs reach it."""
+    if gpu.flops_int8 is None or not is_gguf_quant(fmt):
+        eff = gpu.compute_efficiency.value if gpu.compute_efficiency else 1.0
+        return gpu.flops_bf16.value * eff
     return gpu.flops_int8.value * mmq_share_default()
+
+
+def prefill_rate(sc: Scenario) -> float:
+    """Return the FLOP/s of llama.cpp's prefill matmuls on the scenario's GPU and weights.
+
+    GPUs of different models (``more_gpus``) run their layers one after another: the rate is
+    the layers' harmonic mean of their GPUs' rates.
+    """
+    fmt = sc.setup.weights
+    if not sc.system.more_gpus:
+        gpu = sc.system.gpu
+        if gpu.flops_int8 is None or not is_gguf_quant(fmt):
+            return sc.system.compute_rate
+        return gpu.flops_int8.value * mmq_share_default()
+    counts = np.asarray(layers_per_gpu(sc), dtype=np.float64)
+    if not counts.sum():
+        return _gpu_prefill_rate(sc.system.gpu, fmt)
+    rates = np.array([_gpu_prefill_rate(g, fmt) for g in sc.system.devices])
+    return float(counts.sum() / (counts / rates).sum())
 
 
 def weights_pinned(sc: Scenario) -> bool:
