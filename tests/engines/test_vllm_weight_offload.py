@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from kvoffload.engines.each import vllm
 from kvoffload.engines.scenario import parse_scenario, predict
 from kvoffload.inputs.errors import InputError
 from kvoffload.model import decode
@@ -70,3 +71,32 @@ def test_routing_stream_is_refused_for_vllm_in_one_line():
         parse_scenario(raw)
     text = str(info.value)
     assert "routing.stream" in text and "disable_uva" in text and "\n" not in text
+
+
+@pytest.mark.parametrize(
+    ("hardware", "budget"),
+    [("rtx-4090-desktop", 2048), ("a100-80gb-sxm-pcie4", 2048), ("h100-sxm-pcie5", 8192)],
+)
+def test_vllm_serves_prefill_chunks_of_its_default_budget(hardware, budget):
+    """vllm serve's default: 8192 tokens a step on a GPU of 70 GiB or more but an A100."""
+    sc = parse_scenario({**_scenario("qwen2.5-7b"), "hardware": hardware})
+    assert vllm.batched_tokens(sc) == budget
+    raw = {**_scenario("qwen2.5-7b", max_num_batched_tokens=512), "hardware": hardware}
+    assert vllm.batched_tokens(parse_scenario(raw)) == 512
+
+
+def test_each_later_prefill_chunk_reads_the_offloaded_weights_again():
+    raw = _scenario("qwen2.5-7b")
+    raw["workload"] = {"batch": 1, "prompt": 32768, "generate": 8}
+    sc = parse_scenario(raw)
+    one_pass = {**raw, "options": {**raw["options"], "max_num_batched_tokens": 32768}}
+    gap = predict(sc, check=False).ttft_s - predict(parse_scenario(one_pass), check=False).ttft_s
+    # every offloaded byte, each pass: 8 GiB, or every weight of a smaller model
+    moved = min(8 * GiB, decode.step_weight_bytes(sc.model, sc.setup.weights))
+    assert gap == pytest.approx((32768 // 2048 - 1) * moved / sc.system.copy_rate("h2d"), rel=1e-9)
+    # nothing offloaded: the chunks read nothing over the link
+    resident = {**raw, "options": {"cpu_offload_gb": 0}}
+    alone = {**resident, "options": {"cpu_offload_gb": 0, "max_num_batched_tokens": 32768}}
+    assert predict(parse_scenario(resident), check=False).ttft_s == pytest.approx(
+        predict(parse_scenario(alone), check=False).ttft_s, rel=1e-12
+    )

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from kvoffload.engines.each import vllm
 from kvoffload.engines.each.vllm import MAX_HOST_GIB, GiB
 from kvoffload.engines.registry import ENGINES
 from kvoffload.engines.scenario import parse_scenario
@@ -414,6 +415,12 @@ def reuse_data() -> dict[str, Any]:
         "max_host_gib": MAX_HOST_GIB,
         "max_cached_tokens": MAX_CONTEXT_TOKENS,
         "break_even_limit": reuse.BREAK_EVEN_LIMIT,
+        # vllm.batched_tokens: vllm serve's chunked-prefill budget, by the GPU's memory and name
+        "batched_tokens": {
+            "large": vllm.BATCHED_TOKENS_LARGE,
+            "other": vllm.BATCHED_TOKENS,
+            "large_gpu_bytes": vllm.LARGE_GPU_BYTES,
+        },
     }
 
 

@@ -120,14 +120,18 @@ def host_entry(system: System) -> dict[str, Any]:
 
 
 def gpu_entry(system: System) -> dict[str, Any]:
-    """Return a machine's GPU as llama.cpp's prefill reads it (prefill.prefill_rate)."""
+    """Return a machine's GPU as llama.cpp's prefill reads it (prefill.prefill_rate), and its
+    name, which vLLM's chunked-prefill default reads (vllm.batched_tokens)."""
     int8 = system.gpu.flops_int8
-    return {"flops_int8": int8.value if int8 else None}
+    return {"name": system.gpu.name, "flops_int8": int8.value if int8 else None}
 
 
 def gpu_mapping(gpu: dict[str, Any]) -> dict[str, Any]:
     """Return ``gpu_entry``'s figures as an inline profile's GPU keys (those given)."""
-    return {} if gpu["flops_int8"] is None else {"flops_int8": f"{gpu['flops_int8']!r} FLOP/s"}
+    out: dict[str, Any] = {"name": gpu["name"]}
+    if gpu["flops_int8"] is not None:
+        out["flops_int8"] = f"{gpu['flops_int8']!r} FLOP/s"
+    return out
 
 
 def host_mapping(host: dict[str, Any]) -> dict[str, Any]:

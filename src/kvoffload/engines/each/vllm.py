@@ -107,6 +107,40 @@ class Options(Strict):
     # VLLM_WEIGHT_OFFLOADING_DISABLE_UVA=1 (and vLLM before V1): offloaded modules copied whole
     # to the GPU before each forward, instead of read in place by the kernels
     disable_uva: bool = False
+    # the prompt tokens one scheduler step prefills (chunked prefill); default: vllm serve's
+    max_num_batched_tokens: Annotated[int, Meta(ge=1, le=1 << 24)] | None = None
+
+
+# vllm serve's chunked-prefill budget (EngineArgs' batch defaults for the OpenAI API server,
+# vllm-project/vllm vllm/engine/arg_utils.py at 99d7eb5d6a512cfcc5a2b104f24ebf2d6cda772b): 8192
+# tokens a step on a GPU of 70 GiB or more that is not an A100 (PR #17885), else 2048
+BATCHED_TOKENS_LARGE, BATCHED_TOKENS = 8192, 2048
+LARGE_GPU_BYTES = 70 * 2**30
+
+
+def batched_tokens(sc: Scenario) -> int:
+    """Return the prompt tokens one scheduler step prefills: the option, else vllm serve's."""
+    if sc.options.max_num_batched_tokens is not None:
+        return sc.options.max_num_batched_tokens
+    gpu = sc.system.gpu
+    large = gpu.memory.value >= LARGE_GPU_BYTES and "a100" not in gpu.name.lower()
+    return BATCHED_TOKENS_LARGE if large else BATCHED_TOKENS
+
+
+def _chunk_reads_s(sc: Scenario, setup: decode.Setup) -> float:
+    """Return the seconds the prefill's later chunks spend reading the offloaded weights again.
+
+    Each scheduler step is a forward pass over at most ``batched_tokens`` prompt tokens, and
+    each reads every offloaded weight over the link (a chunk of thousands of tokens routes to
+    every expert); ``decode.ttft`` counts the first such read.
+    """
+    w = setup.placement.weights
+    if not w.off:
+        return 0.0
+    passes = -(-sc.prompt * sc.batch // batched_tokens(sc))
+    per_gpu = decode.step_weight_bytes(sc.model, setup.weights) * w.off / sc.system.gpu.count
+    rate = sc.system.copy_rate("h2d", pinned=setup.placement.pinned)
+    return max(passes - 1, 0) * per_gpu / rate
 
 
 def kv_heads_per_gpu(model: Model, tp: int) -> int:
@@ -250,6 +284,7 @@ def predict(sc: Scenario) -> Prediction:
     pred = predict_setup(sc, setup)
     if tp > 1:
         pred = _tensor_parallel(sc, setup, pred, tp)
+    pred = replace(pred, ttft_s=pred.ttft_s + _chunk_reads_s(sc, setup))
     prompt_kv = float(kv.batch_bytes(setup.cache_model, sc.prompt, sc.batch, sc.setup.kv))
     if model.mla:
         prompt_kv *= tp
@@ -270,6 +305,7 @@ def predict(sc: Scenario) -> Prediction:
             "prefix_hit_rate": o.prefix_hit_rate,
             "tensor_parallel_size": tp,
             "kv_heads_per_gpu": heads,
+            "max_num_batched_tokens": batched_tokens(sc),
         },
         policy=f"{off:.0%} of the weights streamed from {'pinned' if placement.pinned else 'pageable'} host memory every step; prefix cache {o.kv_offloading_size:g} GiB"
         # the deprecated prefix_hit_rate's share; a reuse: block says its own hit (prefix_cache)

@@ -94,7 +94,25 @@
       );
     }
 
+    // vllm.batched_tokens: vllm serve's chunked-prefill budget (the GPU's memory and name)
+    function batchedTokens(m, gpuName) {
+      const b = R.batched_tokens;
+      const large = m.gpu_memory >= b.large_gpu_bytes && !String(gpuName).toLowerCase().includes("a100");
+      return large ? b.large : b.other;
+    }
+
+    // vllm._chunk_reads_s: each later prefill chunk (a scheduler step) reads the offloaded
+    // weights over the link again; decode.ttft counts the first read
+    function chunkReads(setup, prompt, batch, gpuName) {
+      const off = setup.weights.cpu + setup.weights.disk;
+      if (!off) return 0;
+      const passes = Math.ceil((prompt * batch) / batchedTokens(setup.machine, gpuName));
+      const bytes = M.stepWeightBytes(setup.lay) * off;
+      return (Math.max(passes - 1, 0) * bytes) / M.copyRate(setup.machine, "h2d", setup.pinned);
+    }
+
     return {
+      chunkReads: chunkReads,
       rules: R.rules,
       tiers: R.tiers,
       hitTokens: hitTokens,

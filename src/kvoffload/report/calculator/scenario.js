@@ -18,7 +18,8 @@
       "  id: calculator",
       "  name: " + name,
       "  gpu:",
-      "    name: " + name,
+      // calculator_llamacpp.gpu_mapping: the GPU's own name (vLLM's prefill budget reads it)
+      "    name: " + JSON.stringify(gpu.name),
       "    memory: " + quantity(f.gpu_memory, "B"),
       "    memory_bandwidth: " + quantity(f.gpu_bandwidth, "B/s"),
       "    memory_bandwidth_achievable: " + quantity(f.gpu_bandwidth, "B/s"),
