@@ -91,8 +91,13 @@ def test_a_stop_signal_removes_the_scratch_file_and_says_so_in_one_line(sig, tmp
 def test_more_signals_during_the_clean_up_change_nothing(tmp_path):
     proc, scratch_dir, _ = _start(tmp_path)
     sent = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-    for sig in sent:  # pending together: the first one handled stops it, the others are no-ops
+    # pending together: the first one handled stops it, the others are no-ops. The child is
+    # stopped while they are sent, so that all three are pending when it runs again (sent one
+    # by one from a loaded machine, a later one could arrive after the clean-up had ended)
+    proc.send_signal(signal.SIGSTOP)
+    for sig in sent:
         proc.send_signal(sig)
+    proc.send_signal(signal.SIGCONT)
     _, stderr = proc.communicate(timeout=WAIT_S)
     first = next(s for s in sent if proc.returncode == 128 + s)
     assert not list(scratch_dir.glob(SCRATCH))
