@@ -185,6 +185,9 @@ def _setup(sc: Scenario) -> tuple[decode.Setup, float, int]:
         weights=decode.Split(1 - off, off, 0.0),
         overlap="none",
         pinned=sc.pinned_or(True),
+        # UVA: the kernels read the pinned copy in place, through no GPU buffer; without it,
+        # functional_call copies each offloaded module's state_dict to the GPU for its forward
+        staged_weights=o.disable_uva,
     )
     # the cache as all GPUs hold it: tp x the heads each one keeps (GQA heads may be replicated)
     stored = None if model.mla or heads * tp == model.n_kv_heads else heads * tp

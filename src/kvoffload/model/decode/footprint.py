@@ -46,7 +46,10 @@ def memory(setup: Setup, context: ArrayLike, batch: ArrayLike = 1) -> Memory:
     s = np.asarray(context, dtype=np.float64)[..., None]
     b = np.asarray(batch, dtype=np.float64)[..., None]
     kvb = _kv_class_bytes(setup, lay)
-    weights_staged = staged_weight_bytes(setup, lay)  # streamed modules, per layer
+    # streamed modules, per layer (none where kernels read them in place)
+    weights_staged = (
+        staged_weight_bytes(setup, lay) if p.staged_weights else np.zeros_like(lay.weight_bytes)
+    )
     staged = weights_staged + (
         b * np.minimum(s, lay.window) * kvb * np.asarray(p.kv.off, dtype=np.float64)[..., None]
         if p.attention == "gpu"

@@ -63,6 +63,9 @@ class Placement:
     overlap: str = "none"
     pinned: bool = True
     groups: tuple[GroupPlacement, ...] = ()
+    # False: kernels read the offloaded weights in place over the link (zero-copy, vLLM's UVA),
+    # so no GPU buffer holds them on their way
+    staged_weights: bool = True
 
     def __post_init__(self) -> None:
         if self.attention not in ("gpu", "cpu"):

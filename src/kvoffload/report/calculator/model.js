@@ -327,7 +327,8 @@
       const token = kvTokenBytes(setup);
       const cOff = c.cpu + c.disk;
       // traffic.staged_weight_bytes: the weight bytes a layer copies to the GPU for one request
-      const moved = weightTraffic(setup, lay, 1).map((t) => t.moved);
+      // (none where kernels read them in place: setup.unstagedWeights, vLLM's UVA)
+      const moved = weightTraffic(setup, lay, 1).map((t) => (setup.unstagedWeights ? 0 : t.moved));
       let staged = 0;
       let weightsStaged = 0;
       for (let i = 0; i < lay.count.length; i++) {

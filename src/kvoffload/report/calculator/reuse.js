@@ -90,6 +90,7 @@
           attention: "gpu",
           overlap: "none",
           routedOnly: s.model.moe,
+          unstagedWeights: true,
         })
       );
     }
