@@ -31,8 +31,8 @@ from kvoffload.model import decode, kv, reuse
 from kvoffload.model.prediction import shortfalls
 from kvoffload.report import calculator_page, tpot_widget
 from kvoffload.studies import calculator_llamacpp, decode_step
-from kvoffload.studies.advise import row
-from kvoffload.studies.advise_search import LLAMACPP_KV, NO_OFFLOAD, Workload, search
+from kvoffload.studies.advise import fastest, row
+from kvoffload.studies.advise_search import LLAMACPP_KV, NO_OFFLOAD, Workload
 from kvoffload.studies.calculator_data import (
     FIGURES,
     WEIGHT_FORMATS,
@@ -558,12 +558,9 @@ def test_the_llamacpp_engine_matches_kvoffload_predict_at_random_points(page):
 
 
 def _advise_best(machine: str, model: str, context: int, batch: int) -> dict | None:
-    """Return ``kvoffload advise --model all``'s answer for one model: its fastest row, at the
-    model's own context where it is shorter (advise_all)."""
-    m = load_model(model)
-    wl = Workload(min(context, m.max_positions or context), batch)
-    s = search(load_system(machine), m, wl, fastest_only=True)
-    return row(s.choices[0], m, wl) if s.choices else None
+    """Return ``kvoffload advise --model all``'s answer for one model: its fastest row."""
+    s = fastest(load_system(machine), load_model(model), Workload(context, batch))
+    return row(s.choices[0], s.model, s.workload) if s.choices else None
 
 
 # contexts where the answers change often: a few tokens, the usual windows, past 128K

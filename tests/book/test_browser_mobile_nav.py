@@ -63,28 +63,28 @@ def test_the_menu_opens_the_navigation_drawer_on_every_page_type(browser, site, 
     base = _base(site, where)
     pages = [*PAGES, *_calculator_links(site[0] / "_build" / "html")]
     assert "book/intro.html" in pages[len(PAGES) :], "the calculator links back to the intro"
-    tab = Tab(browser, **PHONE)  # one tab taps through every page, as a reader's would
-    for name in dict.fromkeys(pages):
-        page, errors, offhost = tab.open(f"{base}/{name}")
-        drawer = _tap_open(page, ".primary-toggle", "#pst-primary-sidebar-modal")
-        links = drawer.locator("nav.bd-links a.reference.internal")
-        elsewhere = links.evaluate_all(_OTHER_PAGE)
-        assert elsewhere >= 0, f"{name}: no link to another page in the drawer"
-        link = links.nth(elsewhere)
-        assert link.is_visible(), name
-        target = link.evaluate("a => a.href")
-        link.tap()
-        page.wait_for_url(target, timeout=10000)
-        assert page.locator("h1").count() >= 1, (name, target)
-        assert not errors and not offhost, (name, errors, offhost)
-    tab.close()
+    with Tab(browser, **PHONE) as tab:  # one tab taps through every page, as a reader's would
+        for name in dict.fromkeys(pages):
+            page, errors, offhost = tab.open(f"{base}/{name}")
+            drawer = _tap_open(page, ".primary-toggle", "#pst-primary-sidebar-modal")
+            links = drawer.locator("nav.bd-links a.reference.internal")
+            elsewhere = links.evaluate_all(_OTHER_PAGE)
+            assert elsewhere >= 0, f"{name}: no link to another page in the drawer"
+            link = links.nth(elsewhere)
+            assert link.is_visible(), name
+            target = link.evaluate("a => a.href")
+            link.tap()
+            page.wait_for_url(target, timeout=10000)
+            assert page.locator("h1").count() >= 1, (name, target)
+            assert not errors and not offhost, (name, errors, offhost)
 
 
 @pytest.mark.parametrize("where", ["served", "file"])
 def test_the_contents_button_opens_a_chapters_on_this_page_drawer(browser, site, where):
-    tab = Tab(browser, **PHONE)
-    page, errors, offhost = tab.open(f"{_base(site, where)}/{CHAPTER}")
-    drawer = _tap_open(page, ".secondary-toggle", "#pst-secondary-sidebar-modal")
-    assert drawer.locator("a.nav-link:visible").count() >= 3, "the chapter's sections are listed"
-    assert not errors and not offhost, (errors, offhost)
-    tab.close()
+    with Tab(browser, **PHONE) as tab:
+        page, errors, offhost = tab.open(f"{_base(site, where)}/{CHAPTER}")
+        drawer = _tap_open(page, ".secondary-toggle", "#pst-secondary-sidebar-modal")
+        assert drawer.locator("a.nav-link:visible").count() >= 3, (
+            "the chapter's sections are listed"
+        )
+        assert not errors and not offhost, (errors, offhost)

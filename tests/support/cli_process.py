@@ -45,9 +45,11 @@ def _child(args: list[str], env: dict[str, str], cwd: str, out: str, err: str) -
         try:
             code = main(args)
         except SystemExit as exc:  # argparse: the status the interpreter would give
-            code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
-            if code == 1 and not isinstance(exc.code, int):
+            if exc.code is None or isinstance(exc.code, int):
+                code = exc.code or 0
+            else:  # a message: printed, status 1
                 print(exc.code, file=sys.stderr)
+                code = 1
     except BaseException:  # an uncaught error: the interpreter's traceback and status 1
         import traceback
 

@@ -80,6 +80,12 @@ class Gpu(Part, kw_only=True):
             self.attention_bandwidth.value if self.attention_bandwidth else self.streaming_bandwidth
         )
 
+    @property
+    def compute_rate(self) -> float:
+        """Return the dense bf16 rate GEMMs reach (FLOP/s): peak x compute_efficiency."""
+        eff = self.compute_efficiency.value if self.compute_efficiency else 1.0
+        return self.flops_bf16.value * eff
+
 
 class Link(Part, kw_only=True):
     """The host-GPU link: raw and achievable per-direction rates, per-transfer latency."""
@@ -281,14 +287,12 @@ class System(Strict, kw_only=True):
     @property
     def n_gpus(self) -> int:
         """Return how many GPUs the machine has, of every model."""
-        return self.gpu.count + sum(g.count for g in self.more_gpus)
+        return sum(part.count for part in (self.gpu, *self.more_gpus))
 
     @property
     def gpu_memory(self) -> float:
         """Return the GPU memory of the whole machine in bytes: every GPU's together."""
-        if not self.more_gpus:
-            return self.gpu.memory.value * self.gpu.count
-        return float(sum(g.memory.value for g in self.devices))
+        return float(sum(part.memory.value * part.count for part in (self.gpu, *self.more_gpus)))
 
     @property
     def host_memory(self) -> float:
@@ -303,8 +307,7 @@ class System(Strict, kw_only=True):
     @property
     def compute_rate(self) -> float:
         """Return one GPU's dense bf16 rate that GEMMs reach (FLOP/s): peak x compute_efficiency."""
-        eff = self.gpu.compute_efficiency.value if self.gpu.compute_efficiency else 1.0
-        return self.gpu.flops_bf16.value * eff
+        return self.gpu.compute_rate
 
     def link_rate(self, direction: str = "h2d", *, pinned: bool = True) -> float:
         """Return the link's achievable rate (B/s) for 'h2d' or 'd2h', pinned or pageable."""

@@ -141,16 +141,25 @@ def advise_all(
     for ident in model_ids():
         if progress is not None:
             progress(ident)
-        model = load_model(ident)
-        limit = model.max_positions or workload.context
-        wl = Workload(min(workload.context, limit), workload.batch)
-        s = search(system, model, wl, engines, budget_s=budget_s, fastest_only=True)
-        best = None
-        if s.choices:
-            best = row(s.choices[0], model, wl)
+        s = fastest(system, load_model(ident), workload, engines, budget_s)
+        best = row(s.choices[0], s.model, s.workload) if s.choices else None
         why = "; ".join(dict.fromkeys(w for *_, w in s.left_out)) if best is None else ""
-        out.append({"model": ident, "context": wl.context, "best": best, "why": why})
+        out.append({"model": ident, "context": s.workload.context, "best": best, "why": why})
     return out
+
+
+def fastest(
+    system: System,
+    model: Model,
+    workload: Workload,
+    engines: Iterable[str] = ENGINES,
+    budget_s: float | None = None,
+) -> Search:
+    """Return ``advise --model all``'s search for one model: the smallest formats of each
+    engine, at the model's own context where it is shorter than ``workload``'s."""
+    limit = model.max_positions or workload.context
+    wl = Workload(min(workload.context, limit), workload.batch)
+    return search(system, model, wl, engines, budget_s=budget_s, fastest_only=True)
 
 
 def cells(r: dict[str, Any]) -> dict[str, str]:

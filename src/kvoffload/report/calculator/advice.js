@@ -72,10 +72,9 @@
           const setup = RU.vllmSetup(s, gb);
           const p = M.predictSetup(setup, wl.prompt, wl.generate, wl.batch);
           const ttft = p.ttft + RU.chunkReads(setup, wl.prompt, wl.batch, inp.gpu.name);
-          const m = inp.figures;
+          const m = setup.machine;
           const memory = Object.assign({}, p.memory, { gpu: p.memory.gpu + (1 - A.gpu_memory_utilization) * m.gpu_memory });
-          const tiers = [["GPU memory", memory.gpu, m.gpu_memory], ["host memory", memory.cpu, inp.hostCapacity]];
-          if (m.disk_capacity !== null) tiers.push(["disk", memory.disk, m.disk_capacity]);
+          const tiers = M.capacityTiers(m, memory, setup.hostCapacity);
           seen.set(gb, { tpot: p.tpot, ttft: ttft, memory: memory,
             shortfalls: tiers.filter(([, need, have]) => !(need <= have)) });
         }

@@ -431,6 +431,7 @@
       touchedShare: touchedShare,
       stepWeightBytes: stepWeightBytes,
       predictSetup: predictSetup,
+      capacityTiers: capacityTiers,
       bottleneckOf: bottleneckOf,
     };
   }

@@ -15,7 +15,7 @@ from kvoffload.engines.each.llamacpp.placement import (
     override_rules,
     paged_bytes,
     placement,
-    tensor_devices,
+    tensor_gpus,
     tensor_groups_summary,
 )
 from kvoffload.engines.each.llamacpp.step import _step_parts_at
@@ -60,14 +60,17 @@ class _Held:
 def _held(sc: Scenario) -> _Held:
     """Return where the scenario's weights and its final context's KV sit."""
     _, layer_on_gpu = placement(sc)
-    table, on_gpu = tensor_devices(sc)
+    table, gpus = tensor_gpus(sc)
+    on_gpu = gpus >= 0
     w_gpu = float(table.nbytes[on_gpu].sum())
     w_cpu = float(table.nbytes[~on_gpu].sum())
     final = sc.prompt + sc.generate
     kv_layers = kv.layer_bytes(sc.setup.cache_model, final, sc.setup.kv) * sc.batch
     kv_gpu = 0.0 if sc.options.no_kv_offload else float(kv_layers[layer_on_gpu[:-1]].sum())
     kv_cpu = float(kv_layers.sum()) - kv_gpu
-    each = tuple(gpu_bytes_each(sc, kv_layers).tolist()) if sc.system.n_gpus > 1 else ()
+    each = (
+        tuple(gpu_bytes_each(sc, table, gpus, kv_layers).tolist()) if sc.system.n_gpus > 1 else ()
+    )
     paged = paged_bytes(sc, w_cpu, kv_cpu)
     return _Held(table, on_gpu, w_gpu, w_cpu, kv_gpu, kv_cpu, paged, each)
 

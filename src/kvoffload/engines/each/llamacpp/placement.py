@@ -144,9 +144,11 @@ def tensor_gpus(sc: Scenario) -> tuple[TensorTable, np.ndarray]:
     return table, gpus.astype(np.int64)
 
 
-def gpu_bytes_each(sc: Scenario, kv_layers: np.ndarray) -> np.ndarray:
-    """Return the bytes each GPU holds: its tensors' weights and the KV of the layers it runs."""
-    table, gpus = tensor_gpus(sc)
+def gpu_bytes_each(
+    sc: Scenario, table: TensorTable, gpus: np.ndarray, kv_layers: np.ndarray
+) -> np.ndarray:
+    """Return the bytes each GPU holds: its tensors' weights (``tensor_gpus``' answer) and the
+    KV of the layers it runs."""
     count = sc.system.n_gpus
     weights = np.bincount(gpus[gpus >= 0], weights=table.nbytes[gpus >= 0], minlength=count)
     layer_gpu = gpu_split(sc)[:-1]

@@ -46,8 +46,7 @@ def _gpu_prefill_rate(gpu: Gpu, fmt: WeightFormat) -> float:
     """Return one GPU's FLOP/s for llama.cpp's prefill matmuls: MMQ on its int8 tensor cores
     for a quantised GGUF format, else its dense rate as GEMMs reach it."""
     if gpu.flops_int8 is None or not is_gguf_quant(fmt):
-        eff = gpu.compute_efficiency.value if gpu.compute_efficiency else 1.0
-        return gpu.flops_bf16.value * eff
+        return gpu.compute_rate
     return gpu.flops_int8.value * mmq_share_default()
 
 
@@ -58,13 +57,8 @@ def prefill_rate(sc: Scenario) -> float:
     the layers' harmonic mean of their GPUs' rates.
     """
     fmt = sc.setup.weights
-    if not sc.system.more_gpus:
-        gpu = sc.system.gpu
-        if gpu.flops_int8 is None or not is_gguf_quant(fmt):
-            return sc.system.compute_rate
-        return gpu.flops_int8.value * mmq_share_default()
-    counts = np.asarray(layers_per_gpu(sc), dtype=np.float64)
-    if not counts.sum():
+    counts = np.asarray(layers_per_gpu(sc), dtype=np.float64) if sc.system.more_gpus else None
+    if counts is None or not counts.sum():
         return _gpu_prefill_rate(sc.system.gpu, fmt)
     rates = np.array([_gpu_prefill_rate(g, fmt) for g in sc.system.devices])
     return float(counts.sum() / (counts / rates).sum())

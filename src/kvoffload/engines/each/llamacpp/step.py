@@ -69,10 +69,7 @@ def _mixed_rates(
     rate of the GPU its layer runs on (GPUs of different models, ``more_gpus``)."""
     devices = sc.system.devices
     bandwidth = np.array([g.streaming_bandwidth for g in devices])
-    compute = np.array(
-        [g.flops_bf16.value * (g.compute_efficiency.value if g.compute_efficiency else 1.0)
-         for g in devices]
-    )  # fmt: skip
+    compute = np.array([g.compute_rate for g in devices])
     attend = np.array([g.attention_rate for g in devices])
     here = np.maximum(gpus, 0)
     on_gpu = gpus >= 0
