@@ -530,9 +530,10 @@ def test_the_llamacpp_engine_matches_kvoffload_predict_at_random_points(page):
     rng = random.Random(2604)
     models = {m: load_model(m) for m in model_ids()}
     compared = 0
-    for _ in range(LLAMACPP_POINTS):
-        point = _llamacpp_point(rng, models)
-        shown = pg.evaluate("(p) => window.kvoCalc.set(p)", point)
+    points = [_llamacpp_point(rng, models) for _ in range(LLAMACPP_POINTS)]
+    # one call sets each point in turn, as a reader would, and reads what the page shows
+    every = pg.evaluate("points => points.map(p => window.kvoCalc.set(p))", points)
+    for point, shown in zip(points, every, strict=True):
         scenario = scenario_for(point)
         typed = yaml.safe_load(shown["scenario"])  # the page's YAML: the same scenario
         mine, theirs = load_system(typed.pop("hardware")), load_system(scenario["hardware"])
@@ -573,6 +574,7 @@ def test_the_best_placement_is_advises_for_random_machines_models_and_contexts(p
     pg, errors, offhost = page
     rng = random.Random(426)
     checked_tpot, engines, offloaded = 0, set(), 0
+    cases = []
     for _ in range(ADVISE_TRIPLES):
         machine, model = rng.choice(system_ids()), rng.choice(model_ids())
         context = (
@@ -581,18 +583,21 @@ def test_the_best_placement_is_advises_for_random_machines_models_and_contexts(p
             else int(_log_uniform(rng, 2, 1_100_000))
         )
         batch = rng.choice([1, 1, 1, rng.randint(2, 16)])
-        want = _advise_best(machine, model, context, batch)
         limit = load_model(model).max_positions
         shown_context = min(context, limit) if limit else context
         wl = Workload(shown_context, batch)
-        pg.evaluate(
-            "(p) => window.kvoCalc.set(p)",
-            {"machine": machine, "figures": {}, "model": model, "engine": "generic",
-             "weights_format": "bf16", "kv_format": "bf16", "context": shown_context,
-             "generate": wl.generate, "batch": batch},
-        )  # fmt: skip
-        got = pg.evaluate("() => window.kvoCalc.best()")
-        where = (machine, model, context, batch)
+        inputs = {"machine": machine, "figures": {}, "model": model, "engine": "generic",
+                  "weights_format": "bf16", "kv_format": "bf16", "context": shown_context,
+                  "generate": wl.generate, "batch": batch}  # fmt: skip
+        cases.append(((machine, model, context, batch), wl, inputs))
+    # one call puts each case in the form, presses the best-placement button and reads the page
+    answers = pg.evaluate(
+        "cases => cases.map(p => { window.kvoCalc.set(p);"
+        " const got = window.kvoCalc.best(); return [got, window.kvoCalc.read()]; })",
+        [inputs for _, _, inputs in cases],
+    )
+    for (where, wl, _), (got, shown) in zip(cases, answers, strict=True):
+        want = _advise_best(*where)
         if want is None:
             assert got is None, where
             continue
@@ -600,10 +605,9 @@ def test_the_best_placement_is_advises_for_random_machines_models_and_contexts(p
         for key in ("engine", "weights", "kv", "offload", "options", "command"):
             assert got[key] == want[key], (where, key, got[key], want[key])
         assert _close(got["tokens_per_s"], want["tokens_per_s"]), where
-        assert got["context"] == wl.context and got["batch"] == batch, where
+        assert got["context"] == wl.context and got["batch"] == where[3], where
         engines.add(want["engine"])
         offloaded += want["offload"] != NO_OFFLOAD
-        shown = pg.evaluate("() => window.kvoCalc.read()")
         assert shown["best"].startswith("kvoffload advise at"), shown["best"]
         if want["engine"] == "llamacpp":
             # put in the form at advise's own workload, the page's TPOT is advise's
