@@ -1,11 +1,12 @@
 """llama.cpp on several GPUs as load_tensors places them: ``tensor_split`` proportions, split mode
-``layer`` or ``none`` with ``main_gpu``, ``-ot …=CUDAn`` naming a GPU; each GPU's bytes checked
+``layer``, ``row`` (each matrix split by rows over the GPUs) or ``none`` with ``main_gpu``, ``-ot …=CUDAn`` naming a GPU; each GPU's bytes checked
 against its own memory, and a hand-over wherever the graph passes from one GPU to another."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -49,7 +50,7 @@ def test_without_a_split_alike_gpus_take_equal_runs():
 @given(
     split=st.lists(st.integers(0, 9), min_size=0, max_size=2),
     ngl=st.one_of(st.none(), st.integers(0, 33)),
-    mode=st.sampled_from(["layer", "none"]),
+    mode=st.sampled_from(["layer", "none", "row"]),
     main=st.integers(0, 1),
     moe=st.booleans(),
 )
@@ -108,7 +109,6 @@ def test_experts_on_another_gpu_cost_two_hand_overs_a_layer():
         ({"main_gpu": 2}, "options.main_gpu", "main_gpu 2"),
         ({"tensor_split": "1,1,1"}, "options.tensor_split", "3 proportions for 2 GPU(s)"),
         ({"tensor_split": "1,x"}, "tensor_split", "proportions such as"),
-        ({"split_mode": "row"}, "options.split_mode", "not modelled"),
     ],
 )
 def test_gpus_the_profile_does_not_have_are_refused_in_one_line(options, field, fragment):
@@ -116,3 +116,76 @@ def test_gpus_the_profile_does_not_have_are_refused_in_one_line(options, field, 
         predict(parse_scenario(_raw("qwen3-30b-a3b", **options)), check=False)
     text = str(info.value)
     assert field in text and fragment in text and "\n" not in text
+
+
+# ------------------------------------------------------------------ --split-mode row ------
+
+
+def test_row_split_gives_each_gpu_its_share_of_every_matrix_and_keeps_the_rest_with_the_layer():
+    row = parse_scenario(_raw(split_mode="row", tensor_split="3,1"))
+    layer = parse_scenario(_raw(tensor_split="3,1"))
+    table, gpus = llamacpp.tensor_gpus(row)
+    split = llamacpp.split_rows(row, table, gpus)
+    # every decoder and output matrix, no norm, bias or looked-up embedding
+    assert split.any() and not split[~table.matrix].any()
+    assert split[table.matrix & (gpus >= 0)].all()
+    assert llamacpp.layers_per_gpu(row) == llamacpp.layers_per_gpu(layer)  # layers split alike
+    kv_layers = np.zeros(row.model.n_layers)
+    each = llamacpp.gpu_bytes_each(row, table, gpus, kv_layers)
+    matrices = float(table.nbytes[split].sum())
+    rest = table.nbytes * (~split & (gpus >= 0))
+    want = [0.75 * matrices + rest[gpus == 0].sum(), 0.25 * matrices + rest[gpus == 1].sum()]
+    assert each.tolist() == pytest.approx(want, rel=1e-12)
+
+
+def test_row_split_leaves_stacked_experts_and_overridden_tensors_whole():
+    sc = parse_scenario(_raw("qwen3-30b-a3b", split_mode="row", override_tensor="attn_q=CUDA1"))
+    table, gpus = llamacpp.tensor_gpus(sc)
+    split = llamacpp.split_rows(sc, table, gpus)
+    named = np.array(["attn_q.weight" in n for n in table.names])
+    assert not split[table.routed].any() and not split[named].any()
+    assert split[table.matrix & ~named & (gpus >= 0)].all()
+    # a GPU given no rows (tensor_split 1,0) splits nothing: every matrix stays with its layer
+    one = parse_scenario(_raw(split_mode="row", tensor_split="1,0"))
+    table, gpus = llamacpp.tensor_gpus(one)
+    assert not llamacpp.split_rows(one, table, gpus).any()
+    assert predict(one, check=False).tpot_s == pytest.approx(
+        predict(parse_scenario(_raw(tensor_split="1,0")), check=False).tpot_s, rel=1e-12
+    )
+
+
+def test_row_split_reads_each_matrix_on_both_gpus_at_once_and_pays_two_copies_per_matrix():
+    """Against layer split, row split's step changes by exactly what the mechanism says: the
+    matrices' reads and FLOPs shrink to the larger share, and each matrix adds its input's copy
+    to the other GPU and its output rows' copy back."""
+    for weights, per_value in (("q4_k_m", 36 / 32), ("bf16", 4.0)):
+        kw = {"tensor_split": "3,1"}
+        raw_row, raw_layer = _raw(split_mode="row", **kw), _raw(**kw)
+        for raw in (raw_row, raw_layer):
+            raw["precision"] = {"weights": weights, "kv": "fp16"}
+        row, layer = parse_scenario(raw_row), parse_scenario(raw_layer)
+        table, gpus = llamacpp.tensor_gpus(row)
+        split = llamacpp.split_rows(row, table, gpus)
+        link = llamacpp.step_parts(row, np.array([1024.0]), 1.0)["link"][0]
+        link_layer = llamacpp.step_parts(layer, np.array([1024.0]), 1.0)["link"][0]
+        src1 = table.cols[split] * per_value
+        dst = table.rows[split] * 0.75 * 4.0
+        copies = transfer.peer_time(row.system, src1).sum()
+        copies += transfer.peer_time(row.system, dst).sum()
+        assert link - link_layer == pytest.approx(float(copies), rel=1e-9)
+        assert np.count_nonzero(split) * 2 * row.system.link.latency.value <= copies
+        gpu = llamacpp.step_parts(row, np.array([0.0]), 1.0)["gpu"][0]
+        gpu_layer = llamacpp.step_parts(layer, np.array([0.0]), 1.0)["gpu"][0]
+        assert gpu < gpu_layer  # three quarters of every matrix on one GPU, not all of it
+
+
+def test_row_split_prefill_copies_every_ubatch_in_chunks_of_128_tokens():
+    sc = parse_scenario(_raw(split_mode="row"))
+    table, gpus = llamacpp.tensor_gpus(sc)
+    split = llamacpp.split_rows(sc, table, gpus)
+    chunk = llamacpp.row_split.exchange_s(sc, table, split, 128)
+    # 1,024 prompt tokens: two ubatches of 512, four chunks each
+    assert llamacpp.row_split.prefill_s(sc, table, split) == pytest.approx(8 * chunk, rel=1e-12)
+    odd = parse_scenario({**_raw(split_mode="row"), "workload": {"batch": 1, "prompt": 600}})
+    want = 4 * chunk + llamacpp.row_split.exchange_s(odd, table, split, 600 - 512)
+    assert llamacpp.row_split.prefill_s(odd, table, split) == pytest.approx(want, rel=1e-12)

@@ -98,3 +98,22 @@ def test_prefill_runs_each_gpus_layers_at_its_own_rate():
     a, b = llamacpp.layers_per_gpu(split)
     harmonic = (a + b) / (a / rates[0] + b / rates[2])
     assert rates[1] == pytest.approx(harmonic, rel=1e-12)
+
+
+def test_row_split_on_mixed_gpus_waits_for_the_slower_share():
+    """A row-split matrix is read on both GPUs at once: it takes as long as the GPU whose share
+    of the rows over its own bandwidth is largest."""
+    sc = parse_scenario(_raw(MIXED, split_mode="row"))
+    table, gpus = llamacpp.tensor_gpus(sc)
+    split = llamacpp.split_rows(sc, table, gpus)
+    shares = llamacpp.row_shares(sc)
+    assert split.any() and shares.sum() == pytest.approx(1.0)
+    bandwidth = [g.streaming_bandwidth for g in sc.system.devices]
+    w_s, _, _, _ = llamacpp.step._mixed_rates(sc, table, gpus, table.nbytes, table.params, split)
+    whole = table.by_position(table.nbytes / bandwidth[0], (gpus == 0) & ~split)
+    whole += table.by_position(table.nbytes / bandwidth[1], (gpus == 1) & ~split)
+    slowest = max(s / b for s, b in zip(shares, bandwidth, strict=True))
+    want = whole + table.by_position(table.nbytes * slowest, split)
+    assert w_s == pytest.approx(want, rel=1e-12)
+    mem = llamacpp.ENGINE.memory(sc)
+    assert sum(mem.gpu_each) == pytest.approx(float(mem.gpu), rel=1e-12)

@@ -85,6 +85,12 @@ class TensorTable:
     nbytes: np.ndarray  # bytes in the weight format
     params: np.ndarray  # parameters
     n_positions: int  # decoder layers + the output layer
+    rows: np.ndarray  # output features of one matrix (ggml ne[1]; vectors: 1)
+    cols: np.ndarray  # input features of one matrix (ggml ne[0])
+    # one 2-D matrix the activations are multiplied by (a MUL_MAT weight): not a vector, not a
+    # stack of routed experts, not an embedding table looked up by row (a tied one, read as the
+    # output projection, is)
+    matrix: np.ndarray
 
     @property
     def routed(self) -> np.ndarray:
@@ -121,6 +127,7 @@ def _group_and_name(t: Tensor, previous: str) -> tuple[str, str]:
 def tensor_table(model: Model, fmt: WeightFormat) -> TensorTable:
     """Return the model's tensors in ``fmt`` with positions, groups, GGUF names and bytes."""
     names, position, group, nbytes, params = [], [], [], [], []
+    rows, cols, matrix = [], [], []
     previous = "attention"
     for t, size in model.tensor_bytes(fmt):
         g, base = _group_and_name(t, previous)
@@ -138,6 +145,10 @@ def tensor_table(model: Model, fmt: WeightFormat) -> TensorTable:
         group.append(GROUPS.index(g))
         nbytes.append(size)
         params.append(t.params)
+        rows.append(t.rows)
+        cols.append(t.cols)
+        looked_up = g == "embeddings" and pos != model.n_layers
+        matrix.append(not t.vector and t.count == 1 and not looked_up)
     return TensorTable(
         names=tuple(names),
         position=np.array(position, dtype=np.int64),
@@ -145,6 +156,9 @@ def tensor_table(model: Model, fmt: WeightFormat) -> TensorTable:
         nbytes=np.array(nbytes, dtype=np.float64),
         params=np.array(params, dtype=np.float64),
         n_positions=model.n_layers + 1,
+        rows=np.array(rows, dtype=np.float64),
+        cols=np.array(cols, dtype=np.float64),
+        matrix=np.array(matrix, dtype=bool),
     )
 
 

@@ -48,6 +48,7 @@ op-offload threshold, MMQ) and ``engine`` (the prediction and the registry entry
 are re-exported here.
 """
 
+from kvoffload.engines.each.llamacpp import row_split
 from kvoffload.engines.each.llamacpp.attention import (
     BLOCK_FORMATS,
     cpu_kv_rate,
@@ -77,7 +78,9 @@ from kvoffload.engines.each.llamacpp.placement import (
     override_rules,
     paged_bytes,
     placement,
+    row_shares,
     split_points,
+    split_rows,
     tensor_devices,
     tensor_gpus,
     tensor_groups_summary,
@@ -123,7 +126,10 @@ __all__ = [
     "placement",
     "predict",
     "prefill_rate",
+    "row_shares",
+    "row_split",
     "split_points",
+    "split_rows",
     "split_sync_s_default",
     "step_parts",
     "tensor_devices",

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvoffload.engines.each.llamacpp import prefill
+from kvoffload.engines.each.llamacpp import prefill, row_split
 from kvoffload.engines.each.llamacpp.options import Options
 from kvoffload.engines.each.llamacpp.placement import (
     _read_bytes,
@@ -15,6 +15,7 @@ from kvoffload.engines.each.llamacpp.placement import (
     override_rules,
     paged_bytes,
     placement,
+    split_rows,
     tensor_gpus,
     tensor_groups_summary,
 )
@@ -99,6 +100,8 @@ def predict(sc: Scenario) -> Prediction:
     table, on_gpu, w_cpu = held.table, held.on_gpu, held.w_cpu
     w_gpu, kv_gpu, kv_cpu, paged = held.w_gpu, held.kv_gpu, held.kv_cpu, held.paged
     ttft = prefill.ttft(sc, table, on_gpu)  # ubatches; ops on host weights where they run
+    # --split-mode row: every ubatch's chunks pass each split matrix's input and output between GPUs
+    ttft += row_split.prefill_s(sc, table, split_rows(sc, table, tensor_gpus(sc)[1]))
     if paged:  # mmap: weights past host capacity stay file pages, read back from disk every step
         step_read = float(_read_bytes(sc, table, sc.batch)[~on_gpu].sum()) / w_cpu
         disk_s = paged * step_read / system.storage.read_bandwidth.value

@@ -54,22 +54,17 @@ def split_points(sc: Scenario) -> np.ndarray:
 def gpu_split(sc: Scenario) -> np.ndarray:
     """Return the GPU of each layer position and the output layer (-1: on the CPU).
 
-    ``--split-mode layer`` (the default): GPU layer ``il`` goes to
+    ``--split-mode layer`` (the default) and ``row``: GPU layer ``il`` goes to
     ``upper_bound(splits, (il - i_gpu_start) / act_gpu_layers)`` (``load_tensors``, as
     ``split_points``), so each GPU holds a run of consecutive layers in proportion to its
-    split; ``--split-mode none``: every GPU layer on ``main_gpu``.
+    split (under ``row`` its matrices are then split over every GPU: ``split_rows``);
+    ``--split-mode none``: every GPU layer on ``main_gpu``.
     """
     o, count = sc.options, sc.system.n_gpus
     if o.main_gpu >= count:
         raise InputError(
             f"main_gpu {o.main_gpu} names a GPU the profile does not have ({count} GPU(s))",
             field="options.main_gpu",
-        )
-    if o.split_mode == "row":
-        raise InputError(
-            "split_mode row (each matrix split by rows over the GPUs, the rest on main_gpu) is "
-            "not modelled; use layer (the default) or none",
-            field="options.split_mode",
         )
     if len(o.tensor_split) > count:
         raise InputError(
@@ -117,14 +112,22 @@ def tensor_gpus(sc: Scenario) -> tuple[TensorTable, np.ndarray]:
 
     A tensor goes with its layer (``gpu_split``) unless a tensor override names its buffer: the
     CPU, a numbered GPU (``=CUDA1``), or an unnumbered one (the main GPU where its layer is on
-    the CPU). A numbered GPU the profile does not have is refused.
+    the CPU). A numbered GPU the profile does not have is refused. Under ``--split-mode row`` a
+    matrix's GPU is the one its layer runs on, which holds its share of the rows
+    (``split_rows``).
     """
+    table, gpus, _ = _tensor_gpus_forced(sc)
+    return table, gpus
+
+
+def _tensor_gpus_forced(sc: Scenario) -> tuple[TensorTable, np.ndarray, np.ndarray]:
+    """Return ``tensor_gpus``' answer and, per tensor, whether an override chose its buffer."""
     table = tensor_groups.tensor_table(sc.model, sc.setup.weights)
     layer_gpu = gpu_split(sc)
     gpus = np.where(table.position >= 0, layer_gpu[np.maximum(table.position, 0)], -1)
     rules = override_rules(sc.options)
     if not rules:
-        return table, gpus
+        return table, gpus, np.zeros(len(gpus), dtype=bool)
     forced = tensor_groups.match_overrides(table, rules)
     for device in set(forced.tolist()) - {"", "cpu"}:
         named = int(device[3:]) if device != "gpu" else None
@@ -141,16 +144,44 @@ def tensor_gpus(sc: Scenario) -> tuple[TensorTable, np.ndarray]:
             gpus,
         )
     gpus = np.where(forced == "cpu", -1, gpus)
-    return table, gpus.astype(np.int64)
+    return table, gpus.astype(np.int64), forced != ""
+
+
+def row_shares(sc: Scenario) -> np.ndarray:
+    """Return each GPU's share of a row-split matrix's rows (``split_points``' steps)."""
+    return np.diff(split_points(sc), prepend=0.0)
+
+
+def split_rows(sc: Scenario, table: TensorTable, gpus: np.ndarray) -> np.ndarray:
+    """Return, per tensor, whether ``--split-mode row`` splits its matrix by rows over the GPUs.
+
+    Each GPU's buffer list starts with the CUDA split buffer type (``make_gpu_buft_list``,
+    ggml-org/llama.cpp src/llama-model.cpp at a5410f046c01d01330c8a42f13b64a211fedf2c3), so a
+    GPU-resident weight takes it where the split buffer supports the weight's op: a 2-D
+    ``MUL_MAT`` weight, not a stack of experts (``ne[2] > 1``), and only if the GPU its layer
+    runs on gets rows (``ggml_backend_cuda_device_supports_op``, ggml/src/ggml-cuda/
+    ggml-cuda.cu); the rows go to every GPU in proportion to ``tensor_split``. A weight an
+    override sent to a buffer (``-ot``) is not split; norms, biases and the KV stay with the
+    layer's GPU.
+    """
+    shares = row_shares(sc)
+    if sc.options.split_mode != "row" or np.count_nonzero(shares > 0) < 2:
+        return np.zeros(len(gpus), dtype=bool)
+    _, _, forced = _tensor_gpus_forced(sc)
+    own = shares[np.maximum(gpus, 0)] > 0
+    return (gpus >= 0) & table.matrix & ~forced & own & (table.position >= 0)
 
 
 def gpu_bytes_each(
     sc: Scenario, table: TensorTable, gpus: np.ndarray, kv_layers: np.ndarray
 ) -> np.ndarray:
-    """Return the bytes each GPU holds: its tensors' weights (``tensor_gpus``' answer) and the
-    KV of the layers it runs."""
+    """Return the bytes each GPU holds: its tensors' weights (``tensor_gpus``' answer; its share
+    of each row-split matrix) and the KV of the layers it runs."""
     count = sc.system.n_gpus
-    weights = np.bincount(gpus[gpus >= 0], weights=table.nbytes[gpus >= 0], minlength=count)
+    split = split_rows(sc, table, gpus)
+    whole = (gpus >= 0) & ~split
+    weights = np.bincount(gpus[whole], weights=table.nbytes[whole], minlength=count)
+    weights = weights + float(table.nbytes[split].sum()) * row_shares(sc)
     layer_gpu = gpu_split(sc)[:-1]
     kv_here = (layer_gpu >= 0) & (not sc.options.no_kv_offload)
     kv = np.bincount(layer_gpu[kv_here], weights=kv_layers[kv_here], minlength=count)

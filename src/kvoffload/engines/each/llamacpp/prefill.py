@@ -27,7 +27,13 @@ from __future__ import annotations
 import numpy as np
 
 from kvoffload.engines.each.llamacpp.options import mmq_share_default
-from kvoffload.engines.each.llamacpp.placement import cpu_weight_rate, layers_per_gpu
+from kvoffload.engines.each.llamacpp.placement import (
+    cpu_weight_rate,
+    layers_per_gpu,
+    row_shares,
+    split_rows,
+    tensor_gpus,
+)
 from kvoffload.inputs.hardware import Gpu
 from kvoffload.inputs.precision import WeightFormat
 from kvoffload.model import decode, routing
@@ -62,6 +68,22 @@ def prefill_rate(sc: Scenario) -> float:
         return _gpu_prefill_rate(sc.system.gpu, fmt)
     rates = np.array([_gpu_prefill_rate(g, fmt) for g in sc.system.devices])
     return float(counts.sum() / (counts / rates).sum())
+
+
+def _row_split_rate(sc: Scenario, table: TensorTable, rate: float) -> float:
+    """Return the prefill's FLOP/s with ``--split-mode row``: the split matrices' FLOPs run on
+    every GPU at once, each its share of the rows (the slowest share last), the rest at
+    ``rate``."""
+    _, gpus = tensor_gpus(sc)
+    split = split_rows(sc, table, gpus)
+    if not split.any():
+        return rate
+    fmt = sc.setup.weights
+    total = float(decode.prefill_flops(sc.model, sc.prompt, sc.batch))
+    mine = 2.0 * sc.prompt * sc.batch * float(table.params[split].sum())
+    rates = np.array([_gpu_prefill_rate(g, fmt) for g in sc.system.devices])
+    seconds = (total - mine) / rate + mine * float(np.max(row_shares(sc) / rates))
+    return total / seconds
 
 
 def weights_pinned(sc: Scenario) -> bool:
@@ -107,9 +129,8 @@ def ttft(sc: Scenario, table: TensorTable, on_gpu: np.ndarray) -> float:
         float(table.nbytes[on_gpu].sum() + table.nbytes[uploaded].sum()) if host.any() else None
     )
     setup = decode.Setup(sc.system, sc.model, sc.setup.weights, sc.setup.kv)
-    gpu = float(
-        decode.ttft(setup, sc.prompt, sc.batch, rate=prefill_rate(sc), gpu_weight_bytes=gpu_bytes)
-    )
+    rate = _row_split_rate(sc, table, prefill_rate(sc))
+    gpu = float(decode.ttft(setup, sc.prompt, sc.batch, rate=rate, gpu_weight_bytes=gpu_bytes))
     host_s = full * _ubatch_s(sc, table, on_gpu, sc.options.n_ubatch)
     if rest:
         host_s += _ubatch_s(sc, table, on_gpu, rest)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from kvoffload.engines.each.llamacpp import attention
+from kvoffload.engines.each.llamacpp import attention, row_split
 from kvoffload.engines.each.llamacpp.options import gpu_share_default, split_sync_s_default
 from kvoffload.engines.each.llamacpp.placement import (
     _read_bytes,
@@ -14,6 +14,8 @@ from kvoffload.engines.each.llamacpp.placement import (
     gpu_split,
     host_read_rate,
     placement,
+    row_shares,
+    split_rows,
     tensor_gpus,
 )
 from kvoffload.model import decode, kv, tensor_groups, transfer
@@ -62,19 +64,28 @@ def _hand_overs(sc: Scenario, table: TensorTable, gpus: np.ndarray) -> tuple[int
 
 
 def _mixed_rates(
-    sc: Scenario, table: TensorTable, gpus: np.ndarray, read: np.ndarray, flops: np.ndarray
+    sc: Scenario,
+    table: TensorTable,
+    gpus: np.ndarray,
+    read: np.ndarray,
+    flops: np.ndarray,
+    split: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Return, per position, the seconds its GPU-resident weights take to read and to compute,
-    each at its own GPU's streaming bandwidth and dense rate, and the attention rate and dense
-    rate of the GPU its layer runs on (GPUs of different models, ``more_gpus``)."""
+    each at its own GPU's streaming bandwidth and dense rate (a row-split matrix: its slowest
+    GPU's share), and the attention rate and dense rate of the GPU its layer runs on (GPUs of
+    different models, ``more_gpus``)."""
     devices = sc.system.devices
     bandwidth = np.array([g.streaming_bandwidth for g in devices])
     compute = np.array([g.compute_rate for g in devices])
     attend = np.array([g.attention_rate for g in devices])
+    shares = row_shares(sc)
     here = np.maximum(gpus, 0)
     on_gpu = gpus >= 0
-    w_s = table.by_position(read / bandwidth[here], on_gpu)
-    f_s = table.by_position(flops / compute[here], on_gpu)
+    per_byte = np.where(split, float(np.max(shares / bandwidth)), 1 / bandwidth[here])
+    per_flop = np.where(split, float(np.max(shares / compute)), 1 / compute[here])
+    w_s = table.by_position(read * per_byte, on_gpu)
+    f_s = table.by_position(flops * per_flop, on_gpu)
     layer = np.maximum(gpu_split(sc), 0)  # a position on the CPU attends there: any rate serves
     return w_s, f_s, attend[layer], compute[layer]
 
@@ -95,9 +106,13 @@ def _step_parts_at(sc: Scenario, batch: float) -> Callable[[np.ndarray], dict[st
     k, n = lay.expert_use
     read = _read_bytes(sc, table, batch)  # bytes a step reads per tensor
     flops = 2 * batch * table.params * np.where(table.routed, k / n, 1.0)
-    w_gpu = table.by_position(read, on_gpu)
+    # a row-split matrix is read and multiplied on every GPU at once, each its share of the rows:
+    # alike GPUs take as long as the largest share
+    split = split_rows(sc, table, gpus)
+    parallel = np.where(split, float(np.max(row_shares(sc))), 1.0)
+    w_gpu = table.by_position(read * parallel, on_gpu)
     w_cpu = table.by_position(read, ~on_gpu)
-    f_gpu = table.by_position(flops, on_gpu)
+    f_gpu = table.by_position(flops * parallel, on_gpu)
     f_cpu = table.by_position(flops, ~on_gpu)
     _, layer_on_gpu = placement(sc)
     kv_gpu_layer = np.append(layer_on_gpu[:-1] & (not sc.options.no_kv_offload), False)
@@ -136,7 +151,8 @@ def _step_parts_at(sc: Scenario, batch: float) -> Callable[[np.ndarray], dict[st
     # activations pass between them (the profile has no GPU-GPU figure: its link's pinned rate
     # and latency)
     link = link + peers * float(transfer.peer_time(system, activations))
-    mixed = _mixed_rates(sc, table, gpus, read, flops) if system.more_gpus else None
+    link = link + row_split.exchange_s(sc, table, split, batch)
+    mixed = _mixed_rates(sc, table, gpus, read, flops, split) if system.more_gpus else None
 
     def at(context: np.ndarray) -> dict[str, np.ndarray]:
         held = np.minimum(np.asarray(context, dtype=np.float64)[..., None], window)
