@@ -58,7 +58,9 @@ def gpu_split(sc: Scenario) -> np.ndarray:
     ``upper_bound(splits, (il - i_gpu_start) / act_gpu_layers)`` (``load_tensors``, as
     ``split_points``), so each GPU holds a run of consecutive layers in proportion to its
     split (under ``row`` its matrices are then split over every GPU: ``split_rows``);
-    ``--split-mode none``: every GPU layer on ``main_gpu``.
+    ``--split-mode none``: every GPU layer on ``main_gpu``, the one mode that drops the other
+    devices (``llama_prepare_model_devices``, src/llama.cpp at
+    01649e61c782d88825d9f5affb6acbad0f57fb9b).
     """
     o, count = sc.options, sc.system.n_gpus
     if o.main_gpu >= count:
