@@ -143,3 +143,17 @@ def test_a_gpu_to_gpu_hand_over_crosses_the_host_link_once(box):
     assert float(transfer.peer_time(box, 0.0)) == 0.0
     # a ring all-reduce over 4 GPUs passes 2 x 3/4 of the bytes
     assert float(transfer.peer_time(box, 1e6, share=1.5)) == pytest.approx(10e-6 + 1.5e6 / slower)
+
+
+def test_a_gpu_to_gpu_figure_replaces_the_host_staged_copy():
+    """P2P or NVLink: the profile's peer rate and latency; a peer rate alone keeps the link's
+    latency; a peer latency without a rate is refused in one line."""
+    direct = load_system({**PROFILE, "link": {**PROFILE["link"], "peer_bandwidth": "50 GB/s",
+                                              "peer_latency": "2 us"}})  # fmt: skip
+    assert float(transfer.peer_time(direct, 1e6)) == pytest.approx(2e-6 + 1e6 / 50e9)
+    assert float(transfer.peer_time(direct, 0.0)) == 0.0
+    rate_only = load_system({**PROFILE, "link": {**PROFILE["link"], "peer_bandwidth": "50 GB/s"}})
+    assert float(transfer.peer_time(rate_only, 1e6)) == pytest.approx(10e-6 + 1e6 / 50e9)
+    with pytest.raises(InputError) as info:
+        load_system({**PROFILE, "link": {**PROFILE["link"], "peer_latency": "2 us"}})
+    assert "link.peer_latency" in str(info.value) and "\n" not in str(info.value)

@@ -88,7 +88,8 @@ class Gpu(Part, kw_only=True):
 
 
 class Link(Part, kw_only=True):
-    """The host-GPU link: raw and achievable per-direction rates, per-transfer latency."""
+    """The host-GPU link: raw and achievable per-direction rates, per-transfer latency; where the
+    GPUs copy to each other directly, that rate and latency."""
 
     name: PlainName
     raw_bandwidth: LinkBandwidth
@@ -96,6 +97,11 @@ class Link(Part, kw_only=True):
     d2h_bandwidth: LinkBandwidth
     pageable_bandwidth: LinkBandwidth | None = None
     latency: Latency
+    # GPU-to-GPU copies where the GPUs reach each other directly (P2P over PCIe, an NVLink
+    # bridge or switch), per direction, and their fixed cost; absent: a copy between GPUs is
+    # staged through host memory over this link (GeForce cards ship with P2P off)
+    peer_bandwidth: LinkBandwidth | None = None
+    peer_latency: Latency | None = None
 
     def __post_init__(self) -> None:
         """Check the text, then that achievable rates stay below the raw rate."""
@@ -103,6 +109,12 @@ class Link(Part, kw_only=True):
         for name in ("h2d_bandwidth", "d2h_bandwidth", "pageable_bandwidth"):
             _not_above(self, name, "raw_bandwidth")
         _not_above(self, "pageable_bandwidth", "h2d_bandwidth")
+        if self.peer_latency is not None and self.peer_bandwidth is None:
+            raise InputError(
+                "peer_latency needs peer_bandwidth (GPU-to-GPU copies without one are staged "
+                "through host memory at the link's own rates)",
+                field="peer_latency",
+            )
 
 
 # What a host keeps from processes where its profile gives no ``memory_reserved`` (assumed): the

@@ -40,13 +40,20 @@ def link_time(
 def peer_time(system: System, nbytes: ArrayLike, *, share: ArrayLike = 1.0) -> np.ndarray:
     """Return seconds to pass ``share`` x ``nbytes`` from one GPU to another (0 bytes: no time).
 
-    Profiles carry no GPU-to-GPU figure, so a hand-over crosses the host link: its latency plus the
-    bytes at the slower pinned direction. A ring all-reduce over N GPUs passes 2(N-1)/N of the
-    bytes, a gather (N-1)/N: ``share``.
+    Where the profile's link gives a GPU-to-GPU rate (``peer_bandwidth``: P2P, NVLink), the copy
+    runs at it, with ``peer_latency`` (else the link's latency); without one it is staged through
+    host memory: the link's latency plus the bytes at the slower pinned direction. A ring
+    all-reduce over N GPUs passes 2(N-1)/N of the bytes, a gather (N-1)/N: ``share``.
     """
     moved = np.asarray(nbytes, dtype=np.float64) * np.asarray(share, dtype=np.float64)
-    rate = min(system.link_rate("h2d"), system.link_rate("d2h"))
-    return np.where(moved > 0, system.link.latency.value + moved / rate, 0.0)
+    link = system.link
+    if link.peer_bandwidth is not None:
+        rate = link.peer_bandwidth.value
+        latency = (link.peer_latency or link.latency).value
+    else:
+        rate = min(system.link_rate("h2d"), system.link_rate("d2h"))
+        latency = link.latency.value
+    return np.where(moved > 0, latency + moved / rate, 0.0)
 
 
 def nvme_bandwidth(
