@@ -22,8 +22,8 @@ the main device, GPU 0 (``execution_device``), copying its weights in before it 
 (``AlignDevicesHook`` with ``offload=True``); a change of execution device hands the hidden state
 
 Several GPUs: Accelerate runs the layers in sequence, so a token takes one GPU's time for every
-layer plus one hand-over of the hidden state per boundary. The profile has no GPU-GPU figure, so
-hand-overs cross its host link (pinned rate, latency).
+layer plus one hand-over of the hidden state per boundary, a GPU-to-GPU copy
+(``transfer.peer_time``: the link's peer figures where given, else staged through host memory).
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ ZeRO stage 3 keeps 1/N of every parameter on each rank and all-gathers a layer b
 (deepspeedai/DeepSpeed deepspeed/runtime/zero/partition_parameters.py at
 57073d130ce9daa8def95de83480670139bd0ff2, ``_partition_param`` / ``_allgather_params``): each rank
 copies its 1/N in from host memory, the drive serves every rank's part, and the all-gather brings
-in the other (N-1)/N. The profile has no GPU-GPU figure, so all-gathers cross its host link
-(pinned rate, latency).
+in the other (N-1)/N, a GPU-to-GPU copy (``transfer.peer_time``: the link's peer figures where
+the profile gives them, else staged through host memory).
 """
 
 from __future__ import annotations

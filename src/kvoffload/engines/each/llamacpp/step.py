@@ -148,8 +148,7 @@ def _step_parts_at(sc: Scenario, batch: float) -> Callable[[np.ndarray], dict[st
         down_bytes[-1] = batch * model.vocab * 4
     link = link + float((down_bytes / system.copy_rate("d2h", pinned=pinned) + lat + sync).sum())
     # from one GPU to another (a layer split's boundary, a tensor another GPU holds): the
-    # activations pass between them (the profile has no GPU-GPU figure: its link's pinned rate
-    # and latency)
+    # activations pass between them (transfer.peer_time: the link's peer figures where given)
     link = link + peers * float(transfer.peer_time(system, activations))
     link = link + row_split.exchange_s(sc, table, split, batch)
     mixed = _mixed_rates(sc, table, gpus, read, flops, split) if system.more_gpus else None
