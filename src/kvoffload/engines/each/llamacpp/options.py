@@ -67,8 +67,8 @@ class Options(Strict):
     # -ts: each GPU's share of the layers (proportions; "3,1" is split at its commas); all zero
     # or none given: by free memory, i.e. equal shares on the profile's alike GPUs
     tensor_split: tuple[Proportion, ...] | str = ()
-    # -sm: layers split over the GPUs (layer), or all on main_gpu (none); row (each matrix split
-    # by rows over the GPUs) is refused: not modelled
+    # -sm: layers split over the GPUs (layer); row, the same layers with each matrix also split
+    # by rows over every GPU (placement.split_rows); or all on main_gpu (none)
     split_mode: Literal["layer", "row", "none"] = "layer"
     main_gpu: Annotated[int, Meta(ge=0, lt=MAX_DEVICES)] = 0  # -mg: the GPU split_mode none uses
 
