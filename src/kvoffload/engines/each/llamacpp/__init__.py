@@ -65,6 +65,7 @@ from kvoffload.engines.each.llamacpp.options import (
     constants,
     gpu_share_default,
     mmq_share_default,
+    ser_experts,
     split_sync_s_default,
 )
 from kvoffload.engines.each.llamacpp.placement import (
@@ -128,6 +129,7 @@ __all__ = [
     "prefill_rate",
     "row_shares",
     "row_split",
+    "ser_experts",
     "split_points",
     "split_rows",
     "split_sync_s_default",

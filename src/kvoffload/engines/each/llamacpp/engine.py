@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from kvoffload.engines.each.llamacpp import prefill, row_split
-from kvoffload.engines.each.llamacpp.options import Options
+from kvoffload.engines.each.llamacpp.options import Options, ser_experts
 from kvoffload.engines.each.llamacpp.placement import (
     _read_bytes,
     gpu_bytes_each,
@@ -58,6 +58,18 @@ class _Held:
         )
 
 
+def _as_run(sc: Scenario) -> Scenario:
+    """Return the scenario as the engine runs it: under ``-ser`` its tokens use fewer experts."""
+    moe = sc.model.moe
+    if moe is None or not sc.options.ser:
+        return sc
+    k = ser_experts(sc.options, moe.experts_per_token)
+    if k == moe.experts_per_token:
+        return sc
+    model = replace(sc.model, moe=replace(moe, experts_per_token=k))
+    return replace(sc, model=model, setup=replace(sc.setup, model=model))
+
+
 def _held(sc: Scenario) -> _Held:
     """Return where the scenario's weights and its final context's KV sit."""
     _, layer_on_gpu = placement(sc)
@@ -78,11 +90,12 @@ def _held(sc: Scenario) -> _Held:
 
 def memory(sc: Scenario) -> decode.Memory:
     """Return the scenario's memory without its timing (what a search for a fit asks)."""
-    return _held(sc).memory
+    return _held(_as_run(sc)).memory
 
 
 def predict(sc: Scenario) -> Prediction:
     """Return llama.cpp's time per token, prefill and memory for the scenario."""
+    given, sc = sc, _as_run(sc)
     system, model, o = sc.system, sc.model, sc.options
     parts_at = _step_parts_at(sc, sc.batch)
 
@@ -131,7 +144,7 @@ def predict(sc: Scenario) -> Prediction:
         else "each layer's KV with its layer"
     )
     return Prediction(
-        scenario=sc,
+        scenario=given,
         tpot_s=float(tpot),
         ttft_s=ttft,
         streams_s={
@@ -160,6 +173,7 @@ def predict(sc: Scenario) -> Prediction:
             "n_cpu_moe": o.n_cpu_moe,
             "layers_per_gpu": layers_per_gpu(sc),  # the output layer counts, as in -ngl
             "split_mode": o.split_mode,
+            "experts_per_token": model.moe.experts_per_token if model.moe else None,
             "tensor_split": list(o.tensor_split),
             "gpu_bytes_each": list(held.gpu_each),
             "cpu_moe": o.cpu_moe,

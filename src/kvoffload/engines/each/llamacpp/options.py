@@ -31,6 +31,19 @@ def mmq_share_default() -> float:
     return float(constants()["mmq_int8_share"]["value"])
 
 
+def ser_experts(o: Options, k: int) -> int:
+    """Return the experts a token uses under ik_llama.cpp's ``-ser Kmin,t`` (``k``: the model's).
+
+    ``ggml_argsort_thresh`` drops every expert after the first ``Kmin`` whose router probability
+    is below ``t`` times the largest (ikawrakow/ik_llama.cpp ggml/src/ggml.c at
+    9424c80ab1267afd023a71ff7f025e18da1b32c2, "SER - Smart Expert Reduction (#239)"), so with
+    ``t >= 1`` a token keeps exactly ``min(Kmin, k)``. ik_llama.cpp stopped calling it on
+    2025-10-19 (7a41b3b1f5778a06ef550c8f5a099c83c5f0435b: the selection is a plain top-k since,
+    the flag still parsed): a run on a later build should leave ``ser`` out.
+    """
+    return min(int(o.ser[0]), k) if o.ser else k
+
+
 def split_sync_s_default() -> float:
     """Return the seconds one CPU<->GPU hand-over costs (PR #7526)."""
     return float(constants()["split_sync_us"]["value"]) * 1e-6
@@ -71,6 +84,10 @@ class Options(Strict):
     # by rows over every GPU (placement.split_rows); or all on main_gpu (none)
     split_mode: Literal["layer", "row", "none"] = "layer"
     main_gpu: Annotated[int, Meta(ge=0, lt=MAX_DEVICES)] = 0  # -mg: the GPU split_mode none uses
+    # ik_llama.cpp's -ser Kmin,t (smart expert reduction): "6,1" or [6, 1]; see ser_experts
+    ser: tuple[Annotated[float, Meta(ge=0, le=1e6)], ...] | str = ()
+    # ik_llama.cpp's -rtr (run-time repack): sets use_mmap = false, so it implies no_mmap
+    rtr: bool = False
 
     def __post_init__(self) -> None:
         """Split a comma-separated ``override_tensor`` and ``tensor_split``; check each rule."""
@@ -86,6 +103,27 @@ class Options(Strict):
             raise FieldError(
                 "tensor_split", f"must be at most {MAX_DEVICES} proportions from 0 to 1e9"
             )
+        ser = self.ser
+        if isinstance(ser, str):
+            try:
+                ser = tuple(float(x) for x in ser.split(",") if x.strip())
+            except ValueError:
+                raise FieldError("ser", "must be 'Kmin,t' such as '6,1'") from None
+            msgspec.structs.force_setattr(self, "ser", ser)
+        if ser and (len(ser) != 2 or ser[0] != int(ser[0]) or ser[0] < 1):
+            raise FieldError("ser", "must be 'Kmin,t' such as '6,1': a whole Kmin >= 1 and t")
+        if (ser or self.rtr) and self.fork != "ik_llama":
+            raise FieldError(
+                "ser" if ser else "rtr", "is ik_llama.cpp's option: say fork: ik_llama with it"
+            )
+        if ser and ser[1] < 1:
+            raise FieldError(
+                "ser",
+                "with t below 1 the experts a token keeps depend on the router's probabilities, "
+                "which the model does not have; 'Kmin,1' keeps exactly Kmin",
+            )
+        if self.rtr:  # common.cpp: -rtr sets params.use_mmap = false
+            msgspec.structs.force_setattr(self, "no_mmap", True)
         rules = self.override_tensor
         if isinstance(rules, str):
             rules = tuple(x for x in rules.split(",") if x.strip())

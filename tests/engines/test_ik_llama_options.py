@@ -1,0 +1,71 @@
+"""ik_llama.cpp's own flags: ``-ser Kmin,t`` (a token keeps Kmin experts when t >= 1) and
+``-rtr`` (run-time repack, which turns mmap off); both refused without ``fork: ik_llama``."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from kvoffload.engines.each import llamacpp
+from kvoffload.engines.scenario import parse_scenario, predict
+from kvoffload.inputs.errors import InputError
+from kvoffload.model import decode
+
+
+def _raw(**options) -> dict:
+    return {
+        "hardware": "rtx-4090-desktop",
+        "model": "qwen3-30b-a3b",
+        "engine": "llamacpp",
+        "precision": {"weights": "q4_k_m", "kv": "fp16"},
+        "workload": {"batch": 1, "prompt": 512, "generate": 8},
+        "options": {"fork": "ik_llama", "cpu_moe": True, **options},
+    }
+
+
+def test_ser_with_t_of_one_runs_the_model_as_if_it_routed_to_kmin_experts():
+    sc = parse_scenario(_raw(ser="4,1"))
+    k = sc.model.moe.experts_per_token
+    assert k == 8 and llamacpp.ser_experts(sc.options, k) == 4
+    got = predict(sc, check=False)
+    # the same as the model whose config says four experts per token
+    fewer = parse_scenario(_raw())
+    model = replace(fewer.model, moe=replace(fewer.model.moe, experts_per_token=4))
+    fewer = replace(fewer, model=model, setup=replace(fewer.setup, model=model))
+    want = llamacpp.predict(fewer)
+    assert got.tpot_s == pytest.approx(want.tpot_s, rel=1e-12)
+    assert got.ttft_s == pytest.approx(want.ttft_s, rel=1e-12)
+    assert got.settings["experts_per_token"] == 4
+    # fewer experts read per token on the CPU: faster than the full top-8, same memory
+    full = predict(parse_scenario(_raw()), check=False)
+    assert got.tpot_s < full.tpot_s
+    assert float(got.memory.cpu) == float(full.memory.cpu)
+    assert got.scenario.model.moe.experts_per_token == 8  # the scenario as given
+    # Kmin at or above the model's k changes nothing
+    same = predict(parse_scenario(_raw(ser=[8, 1])), check=False)
+    assert same.tpot_s == full.tpot_s
+    assert decode.layers(sc.model, sc.setup.weights).expert_use == (8, 128)
+
+
+def test_rtr_turns_mmap_off():
+    assert parse_scenario(_raw(rtr=True)).options.no_mmap
+    assert not parse_scenario(_raw()).options.no_mmap
+
+
+@pytest.mark.parametrize(
+    ("options", "fragment"),
+    [
+        ({"ser": "6,0.4"}, "router's probabilities"),
+        ({"ser": "6"}, "'Kmin,t'"),
+        ({"ser": "0,1"}, "Kmin >= 1"),
+        ({"ser": "a,b"}, "'Kmin,t'"),
+        ({"ser": "6,1", "fork": "llama.cpp"}, "ik_llama.cpp's option"),
+        ({"rtr": True, "fork": "llama.cpp"}, "ik_llama.cpp's option"),
+    ],
+)
+def test_bad_ser_and_rtr_are_refused_in_one_line(options, fragment):
+    with pytest.raises(InputError) as info:
+        parse_scenario(_raw(**options))
+    text = str(info.value)
+    assert fragment in text and "options." in text and "\n" not in text
