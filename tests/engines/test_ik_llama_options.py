@@ -1,5 +1,6 @@
 """ik_llama.cpp's own flags: ``-ser Kmin,t`` (a token keeps Kmin experts when t >= 1) and
-``-rtr`` (run-time repack, which turns mmap off); both refused without ``fork: ik_llama``."""
+``-rtr`` (run-time repack, which turns mmap off); both refused without ``fork: ik_llama``; each
+fork's split modes, the tensor-parallel ones refused as not modelled."""
 
 from __future__ import annotations
 
@@ -62,6 +63,10 @@ def test_rtr_turns_mmap_off():
         ({"ser": "a,b"}, "'Kmin,t'"),
         ({"ser": "6,1", "fork": "llama.cpp"}, "ik_llama.cpp's option"),
         ({"rtr": True, "fork": "llama.cpp"}, "ik_llama.cpp's option"),
+        ({"split_mode": "row"}, "ik_llama has no split mode 'row'"),
+        ({"split_mode": "graph"}, "not modelled for llama.cpp; use layer or none"),
+        ({"split_mode": "tensor", "fork": "llama.cpp"}, "use layer or row or none"),
+        ({"split_mode": "attn", "fork": "llama.cpp"}, "llama.cpp has no split mode 'attn'"),
     ],
 )
 def test_bad_ser_and_rtr_are_refused_in_one_line(options, fragment):

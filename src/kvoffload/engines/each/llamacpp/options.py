@@ -82,7 +82,7 @@ class Options(Strict):
     tensor_split: tuple[Proportion, ...] | str = ()
     # -sm: layers split over the GPUs (layer); row, the same layers with each matrix also split
     # by rows over every GPU (placement.split_rows); or all on main_gpu (none)
-    split_mode: Literal["layer", "row", "none"] = "layer"
+    split_mode: Literal["layer", "row", "none", "tensor", "attn", "graph"] = "layer"
     main_gpu: Annotated[int, Meta(ge=0, lt=MAX_DEVICES)] = 0  # -mg: the GPU split_mode none uses
     # ik_llama.cpp's -ser Kmin,t (smart expert reduction): "6,1" or [6, 1]; see ser_experts
     ser: tuple[Annotated[float, Meta(ge=0, le=1e6)], ...] | str = ()
@@ -122,6 +122,7 @@ class Options(Strict):
                 "with t below 1 the experts a token keeps depend on the router's probabilities, "
                 "which the model does not have; 'Kmin,1' keeps exactly Kmin",
             )
+        _check_split_mode(self.split_mode, self.fork)
         if self.rtr:  # common.cpp: -rtr sets params.use_mmap = false
             msgspec.structs.force_setattr(self, "no_mmap", True)
         rules = self.override_tensor
@@ -137,6 +138,31 @@ class Options(Strict):
                 _parse_rule(entry)
             except ValueError as exc:
                 raise FieldError("override_tensor", str(exc)) from None
+
+
+def _check_split_mode(mode: str, fork: str) -> None:
+    """Refuse a split mode the fork does not have, and the tensor-parallel ones not modelled.
+
+    llama.cpp's ``-sm`` takes none, layer, row and tensor (common/arg.cpp; ``tensor`` a Meta
+    device over the GPUs, src/llama.cpp at 01649e61c782d88825d9f5affb6acbad0f57fb9b);
+    ik_llama.cpp's none, layer, attn and graph (common/common.cpp at
+    8337e4cd3861406fc04e0854b1409cd1b027fbc9), no row.
+    """
+    own = {
+        "llama.cpp": ("layer", "row", "none", "tensor"),
+        "ik_llama": ("layer", "none", "attn", "graph"),
+    }
+    if mode not in own[fork]:
+        raise FieldError(
+            "split_mode", f"{fork} has no split mode {mode!r} (it takes {', '.join(own[fork])})"
+        )
+    if mode in ("tensor", "attn", "graph"):
+        raise FieldError(
+            "split_mode",
+            f"{mode!r} splits each layer's work over the GPUs (tensor parallelism), which is not "
+            "modelled for llama.cpp; use "
+            + " or ".join(m for m in own[fork] if m in ("layer", "row", "none")),
+        )
 
 
 _DEVICES = {"cpu": "cpu", "gpu": "gpu"}
