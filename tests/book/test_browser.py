@@ -5,21 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvoffload.bookbuild.runner import chapters, per_profile
-from tests.support.browser import Tab, open_page
+from tests.support.browser import open_page
 
 pytestmark = pytest.mark.slow
-
-
-def test_once_only_chapters_load_cleanly(browser, site):
-    root, base = site
-    with Tab(browser) as tab:
-        for c in (c for c in chapters(root) if not per_profile(c)):
-            page, errors, offhost = tab.open(
-                f"{base}/book/generated/article-reference/{c.name}.html"
-            )
-            assert page.locator("h1").count() >= 1
-            assert not errors and not offhost, (c.name, errors, offhost)
 
 
 def test_math_renders_offline(browser, site):

@@ -76,10 +76,16 @@ def test_every_page_fits_a_phone_and_a_desktop_with_its_charts_tables_and_verdic
     charted, boxed = set(chart_pages(root)), _verdict_pages(root)
     assert len(every) >= 10 and len(charted) >= 8 and set(boxed) <= set(every) and pages
     assert sum(len([r for r in every if keep(r)]) for keep in SHARES.values()) == len(every)
+    # the chapters built once (under the reference profile's folder) are among the pages read
+    once = {
+        f"book/generated/{REFERENCE}/{c.name}.html" for c in chapters(root) if not per_profile(c)
+    }
+    assert once and once <= set(every)
     wrong: dict[str, list[str]] = {}
     tab = reader(browser)
     for rel in pages:
         page, messages, offhost = load(tab, f"{base}/{rel}", PHONE)
+        assert page.locator("h1").count() >= 1, rel  # every page has its title
         if rel in charted:
             check_charts(page, rel, messages, offhost)
             check_fit(page, rel)
