@@ -66,6 +66,8 @@ def command_line(
             args += ["-ot", options["override_tensor"]]
         if options.get("no_kv_offload"):
             args.append("--no-kv-offload")
+        if options.get("split_mode", "layer") != "layer":
+            args += ["-sm", options["split_mode"]]
         if kv != "fp16":
             args += ["-ctk", _LLAMA_KV[kv], "-ctv", _LLAMA_KV[kv], "-fa", "on"]
         args += ["-c", str(context * batch)]
@@ -116,6 +118,8 @@ def parse_command(line: str, model: Model, path: str = "") -> Command:
             opts["override_tensor"] = f["-ot"]
         if "--no-kv-offload" in f:
             opts["no_kv_offload"] = True
+        if "-sm" in f:
+            opts["split_mode"] = str(f["-sm"])
         name = str(f["-m"])
         weights = "gguf" if path else name.rsplit("-", 1)[-1].removesuffix(".gguf").lower()
         batch = int(f.get("-np", 1))

@@ -10,6 +10,8 @@ bisection by ``model/search.py``:
   else the largest ``-ngl`` that fits (fewer layers on the GPU is slower), the smallest
   ``--n-cpu-moe`` that fits (more experts on the CPU is slower), ``-ot exps=CPU`` with the largest
   ``-ngl`` when even every expert on the CPU leaves too much on the GPU, and ``--no-kv-offload``;
+  on a machine with several GPUs each of these also with ``-sm row`` (each matrix split by rows
+  over the GPUs), kept where it fits, so the faster split mode ranks first;
 - vLLM: the smallest ``--cpu-offload-gb`` (whole GiB) that fits.
 
 Formats run from the largest to the smallest; a smaller weight or KV format never holds more
@@ -211,7 +213,19 @@ def _largest(ok: Callable[[int], bool], lo: int, hi: int) -> int | None:
 def _llamacpp(probe: _Probe, n_layers: int, moe: bool) -> list[Choice]:
     """Return llama.cpp's configurations for one pair of formats (module docstring)."""
     if probe.gpu_fits({}):
-        return [probe.choice({}, NO_OFFLOAD)]
+        out = [probe.choice({}, NO_OFFLOAD)]
+    else:
+        out = _llamacpp_offloads(probe, n_layers, moe)
+    if probe.system.n_gpus > 1:  # the same placements with each matrix split over the GPUs
+        for c in list(out):
+            row = {**c.options, "split_mode": "row"}
+            if probe.gpu_fits(row):
+                out.append(probe.choice(row, c.way))
+    return out
+
+
+def _llamacpp_offloads(probe: _Probe, n_layers: int, moe: bool) -> list[Choice]:
+    """Return llama.cpp's offloading configurations when everything does not fit the GPU."""
     out = []
     ngl = _largest(lambda n: probe.gpu_fits({"n_gpu_layers": n}), 0, n_layers)
     if ngl is not None:
