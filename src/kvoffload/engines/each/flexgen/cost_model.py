@@ -39,9 +39,14 @@ def cost(sc: Scenario, pol: Policies, o: Options) -> Costs:
     ctok = (lay.kv_per_token * float(kv.attention_layer_token_bytes(model, sc.setup.kv)))[None, :]
     cf = ctok * (COMPRESSED if o.compress_cache else 1.0)
     hb = 2.0 * model.hidden * bls  # one token's hidden state per request, fp16
-    # a compressed cache is allocated unpinned ("disable pin_memory due to high memory overhead",
-    # TorchCompressedDevice.init_cache_one_gpu_batch), so its copies run at the pageable rate
-    h2d = system.copy_rate("h2d", pinned=not o.compress_cache)
+    # the cache is allocated unpinned in host memory, compressed or not ("disable pin_memory due
+    # to high memory overhead": TorchDevice, TorchMixedDevice and TorchCompressedDevice
+    # .init_cache_one_gpu_batch, FlexLLMGen flexllmgen/pytorch_backend.py and compression.py at
+    # 004ffef82b46e8dc8685c55d0cdda650bdaf1269), so its loads run at the pageable rate; hidden
+    # states take allocate's default, pinned on the CPU. New KV goes back at the pinned d2h rate:
+    # the profiles give no pageable device-to-host figure.
+    h2d = system.copy_rate("h2d", pinned=False)
+    act_in = system.copy_rate("h2d", pinned=True)
     w_in = system.copy_rate("h2d", pinned=pin_weight(sc))
     d2h = system.copy_rate("d2h", pinned=True)
     dr, dw = system.storage.read_bandwidth.value, system.storage.write_bandwidth.value
@@ -56,7 +61,7 @@ def cost(sc: Scenario, pol: Policies, o: Options) -> Costs:
     full_len = s + n - 1
 
     # prefill, per layer
-    ctog_p = (wc + wd) * wf / w_in + (hc + hd) * s * hb / h2d
+    ctog_p = (wc + wd) * wf / w_in + (hc + hd) * s * hb / act_in
     gtoc_p = (cc + cd) * bls * (s + 1) * cf / d2h + (hc + hd) * s * hb / d2h
     dtoc_p = wd * wf / dr + hd * s * hb / dr
     ctod_p = cd * bls * (s + 1) * cf / dw + hd * s * hb / dw
@@ -64,7 +69,7 @@ def cost(sc: Scenario, pol: Policies, o: Options) -> Costs:
     # decode, per layer, at the mean context
     kv_far = (cc + cd) * bls * sa * cf
     on_gpu_kv = np.where(catt > 0, cg, 1.0)
-    ctog_g = (wc + wd) * wf / w_in + np.where(catt > 0, 0.0, kv_far) / h2d + (hc + hd) * hb / h2d
+    ctog_g = (wc + wd) * wf / w_in + np.where(catt > 0, 0.0, kv_far) / h2d + (hc + hd) * hb / act_in
     gtoc_g = (cc + cd) * bls * cf / d2h + (hc + hd) * hb / d2h
     dtoc_g = (cd * bls * sa * cf + wd * wf) / dr + hd * hb / dr
     ctod_g = cd * bls * cf / dw + hd * hb / dw
