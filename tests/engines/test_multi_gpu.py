@@ -18,6 +18,7 @@ import sys
 import pytest
 import yaml
 
+from kvoffload.engines import vllm_weight_offload
 from kvoffload.engines.each import llamacpp, vllm, zero_inference
 from kvoffload.engines.scenario import ENGINES, parse_scenario, predict
 from kvoffload.inputs.precision import KvFormat
@@ -120,7 +121,7 @@ def test_vllm_on_one_gpu_is_the_step_model():
     got = predict(sc)
     o = sc.options
     weights = decode.step_weight_bytes(sc.model, sc.setup.weights)
-    off = o.cpu_offload_gb * 2**30 / weights
+    off = vllm_weight_offload.offload(sc, o.cpu_offload_gb * 2**30, pinned=True)[0] / weights
     setup = decode.Setup(
         sc.system,
         sc.model,
@@ -132,11 +133,13 @@ def test_vllm_on_one_gpu_is_the_step_model():
 
 
 def test_vllm_cpu_offload_gb_is_per_gpu():
-    _, p1, _, p2 = both("vllm", options={"cpu_offload_gb": 4})
-    assert p2.settings["weights_on_host_share"] == pytest.approx(
-        2 * p1.settings["weights_on_host_share"], rel=1e-12
-    )
-    assert float(p2.memory.cpu) == pytest.approx(2 * float(p1.memory.cpu), rel=1e-12)
+    one, p1, two, p2 = both("vllm", options={"cpu_offload_gb": 4})
+    weights = decode.step_weight_bytes(one.model, one.setup.weights)
+    # each GPU moves 4 GiB of its own half of every parameter: a share of its half, not of all
+    for sc, p, n in ((one, p1, 1), (two, p2, 2)):
+        moved, _ = vllm_weight_offload.offload(sc, 4 * 2**30, pinned=True)
+        assert p.settings["weights_on_host_share"] == pytest.approx(moved / (weights / n))
+    assert p2.settings["weights_on_host_share"] > 1.9 * p1.settings["weights_on_host_share"]
 
 
 def test_vllm_replicates_kv_heads_when_gpus_outnumber_them():

@@ -6,12 +6,18 @@ from __future__ import annotations
 
 import pytest
 
+from kvoffload.engines import vllm_weight_offload
 from kvoffload.engines.each import vllm
 from kvoffload.engines.scenario import parse_scenario, predict
 from kvoffload.inputs.errors import InputError
 from kvoffload.model import decode
 
 GiB = 2**30
+
+
+def _moved(sc, budget: float) -> float:
+    """Return the bytes vLLM moves to host memory for ``budget`` (whole parameters, in order)."""
+    return vllm_weight_offload.offload(sc, budget, pinned=True)[0]
 
 
 def _scenario(model: str, batch: int = 1, **options) -> dict:
@@ -50,7 +56,7 @@ def test_uva_needs_no_gpu_buffer_for_the_offloaded_weights():
     ).memory
     assert float(uva.staging) == pytest.approx(float(resident.staging), rel=1e-12)
     lay = decode.layers(sc.model, sc.setup.weights)
-    off = 2 * GiB / decode.step_weight_bytes(sc.model, sc.setup.weights)
+    off = _moved(sc, 2 * GiB) / decode.step_weight_bytes(sc.model, sc.setup.weights)
     assert float(copy.staging - uva.staging) == pytest.approx(
         float(lay.weight_bytes.max()) * off, rel=1e-9
     )
@@ -63,7 +69,7 @@ def test_uva_moves_the_touched_experts_and_a_copy_moves_them_all():
     sc = parse_scenario(_scenario("qwen3-30b-a3b"))
     lay = decode.layers(sc.model, sc.setup.weights)
     k, n = lay.expert_use
-    off = 8 * GiB / decode.step_weight_bytes(sc.model, sc.setup.weights)
+    off = _moved(sc, 8 * GiB) / decode.step_weight_bytes(sc.model, sc.setup.weights)
     rate = sc.system.copy_rate("h2d", pinned=True)
     experts = float(lay.expert_bytes @ lay.count)
     # the same copies (one a layer, the same latency) either way: the difference is the bytes
@@ -113,8 +119,8 @@ def test_each_later_prefill_chunk_reads_the_offloaded_weights_again():
     sc = parse_scenario(raw)
     one_pass = {**raw, "options": {**raw["options"], "max_num_batched_tokens": 32768}}
     gap = predict(sc, check=False).ttft_s - predict(parse_scenario(one_pass), check=False).ttft_s
-    # every offloaded byte, each pass: 8 GiB, or every weight of a smaller model
-    moved = min(8 * GiB, decode.step_weight_bytes(sc.model, sc.setup.weights))
+    # every offloaded byte, each pass: the parameters 8 GiB takes, or every decoder layer's
+    moved = _moved(sc, 8 * GiB)
     assert gap == pytest.approx((32768 // 2048 - 1) * moved / sc.system.copy_rate("h2d"), rel=1e-9)
     # nothing offloaded: the chunks read nothing over the link
     resident = {**raw, "options": {"cpu_offload_gb": 0}}

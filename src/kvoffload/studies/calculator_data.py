@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from kvoffload.engines import vllm_weight_offload
 from kvoffload.engines.each import vllm
 from kvoffload.engines.each.vllm import MAX_HOST_GIB, GiB
 from kvoffload.engines.registry import ENGINES
@@ -249,7 +250,19 @@ def layer_classes(model: Model, fmt: WeightFormat) -> dict[str, Any]:
         "attn_flops": _numbers(lay.attn_flops),
         "state_values": _numbers(lay.state_values),
         "resident_bytes": _number(decode.resident_weight_bytes(model, fmt)),
+        # vllm_weight_offload: one layer of each class's parameters in vLLM's order (head: none)
+        "vllm_params": _vllm_params(model, fmt, lay.order),
     }
+
+
+def _vllm_params(model: Model, fmt: WeightFormat, order: tuple[int, ...]) -> list[list]:
+    """Return, per layer class, the parameter bytes of its first decoder layer, as vLLM offloads."""
+    per_layer = vllm_weight_offload.layer_parameters(model, fmt)
+    out: list[list] = [[] for _ in range(max(order) + 1)]
+    for position, cls in enumerate(order[: model.n_layers]):
+        if not out[cls]:
+            out[cls] = _numbers(np.asarray(per_layer[position]))
+    return out
 
 
 def working_row_bytes(model: Model) -> float:

@@ -63,6 +63,7 @@ import numpy as np
 from msgspec import Meta
 
 from kvoffload.engines import prefix_cache
+from kvoffload.engines import vllm_weight_offload as vllm_offload
 from kvoffload.engines.prefix_cache import BlockTokens
 from kvoffload.engines.spec import CacheRule, EngineSpec, PrefixCache
 from kvoffload.inputs.errors import InputError
@@ -178,7 +179,9 @@ def _setup(sc: Scenario) -> tuple[decode.Setup, float, int]:
     o, model, tp = sc.options, sc.model, sc.system.gpu.count
     heads = kv_heads_per_gpu(model, tp)
     weights = decode.step_weight_bytes(model, sc.setup.weights)
-    off = min(o.cpu_offload_gb * GiB / (weights / tp), 1.0)  # of each GPU's 1/tp of the weights
+    # the decoder-layer parameters the budget takes, whole (vllm_offload), of each GPU's 1/tp
+    moved, _ = vllm_offload.offload(sc, o.cpu_offload_gb * GiB, pinned=sc.pinned_or(True))
+    off = min(moved / (weights / tp), 1.0)
     # UVA: kernels read the offloaded weights over the link as they run, so nothing overlaps
     placement = decode.Placement(
         # vLLM pins the offloaded weights where the platform allows (is_pin_memory_available)
@@ -268,9 +271,11 @@ def _memory(sc: Scenario, mem: decode.Memory) -> decode.Memory:
         latent = float(kv.batch_bytes(sc.model, final, sc.batch, sc.setup.kv))
         mem = replace(mem, gpu=mem.gpu + (tp - 1) * latent)
     host, disk = _host_cache_bytes(o, tp)
+    # pinned offloaded parameters take their size rounded up to a power of two (vllm_offload)
+    moved, held = vllm_offload.offload(sc, o.cpu_offload_gb * GiB, pinned=sc.pinned_or(True))
     return decode.Memory(
         gpu=mem.gpu + (1 - o.gpu_memory_utilization) * sc.system.gpu_memory,
-        cpu=mem.cpu + host,
+        cpu=mem.cpu + host + (held - moved) * tp,
         disk=mem.disk + disk,
         staging=mem.staging,
     )

@@ -73,7 +73,12 @@
           const p = M.predictSetup(setup, wl.prompt, wl.generate, wl.batch);
           const ttft = p.ttft + RU.chunkReads(setup, wl.prompt, wl.batch, inp.gpu.name);
           const m = setup.machine;
-          const memory = Object.assign({}, p.memory, { gpu: p.memory.gpu + (1 - A.gpu_memory_utilization) * m.gpu_memory });
+          // pinned offloaded parameters: each takes the next power of two of host memory
+          const [moved, held] = RU.vllmOffload(setup.lay, gb * RU.gib, true);
+          const memory = Object.assign({}, p.memory, {
+            gpu: p.memory.gpu + (1 - A.gpu_memory_utilization) * m.gpu_memory,
+            cpu: p.memory.cpu + held - moved,
+          });
           const tiers = M.capacityTiers(m, memory, setup.hostCapacity);
           seen.set(gb, { tpot: p.tpot, ttft: ttft, memory: memory,
             shortfalls: tiers.filter(([, need, have]) => !(need <= have)) });

@@ -82,7 +82,7 @@
     // batch picks), the KV on the GPU, attention there
     function vllmSetup(s, weightsGib) {
       const lay = M.layers(s.model, s.weightsFormat);
-      const off = Math.min((weightsGib * R.gib) / M.stepWeightBytes(lay), 1);
+      const off = Math.min(vllmOffload(lay, weightsGib * R.gib, true)[0] / M.stepWeightBytes(lay), 1);
       return M.setupOf(
         Object.assign({}, s, {
           weights: { gpu: 1 - off, cpu: off, disk: 0 },
@@ -93,6 +93,23 @@
           unstagedWeights: true,
         })
       );
+    }
+
+    // vllm_weight_offload.offload on one GPU: the decoder layers' parameters in order, each
+    // whole while the bytes moved are below the budget; [bytes moved, host bytes they take]
+    // (pinned: each rounded up to a power of two, as PyTorch's pinned allocator does)
+    function vllmOffload(lay, budget, pinned) {
+      let moved = 0;
+      let held = 0;
+      if (!(budget > 0)) return [0, 0];
+      for (const cls of lay.order) {
+        for (const size of lay.vllm_params[cls]) {
+          if (moved >= budget) return [moved, held];
+          moved += size;
+          held += pinned && size > 0 ? Math.pow(2, Math.ceil(Math.log2(Math.max(size, 1)))) : size;
+        }
+      }
+      return [moved, held];
     }
 
     // vllm.batched_tokens: vllm serve's chunked-prefill budget (the GPU's memory and name)
@@ -123,6 +140,8 @@
       breakEvenPrompt: breakEvenPrompt,
       sessionsThatFit: sessionsThatFit,
       vllmSetup: vllmSetup,
+      vllmOffload: vllmOffload,
+      gib: R.gib,
     };
   }
 
