@@ -20,6 +20,8 @@ projections among them) are taken one by one, as the model lists them.
 
 from __future__ import annotations
 
+from functools import cache
+
 import numpy as np
 
 from kvoffload.inputs.models import Model
@@ -37,7 +39,8 @@ _FUSED = (
 _INTO = {member: group[0] for group in _FUSED for member in group}
 
 
-def layer_parameters(model: Model, fmt: WeightFormat) -> list[list[float]]:
+@cache
+def layer_parameters(model: Model, fmt: WeightFormat) -> tuple[tuple[float, ...], ...]:
     """Return each decoder layer's parameter bytes in vLLM's order (the whole model's: one GPU)."""
     table = tensor_groups.tensor_table(model, fmt)
     layers: list[dict[str, float]] = [{} for _ in range(model.n_layers)]
@@ -48,14 +51,19 @@ def layer_parameters(model: Model, fmt: WeightFormat) -> list[list[float]]:
         key = f"{_INTO.get(parts[2], parts[2])}.{parts[-1]}"
         layer = layers[int(pos)]
         layer[key] = layer.get(key, 0.0) + float(nbytes)
-    return [list(layer.values()) for layer in layers]
+    return tuple(tuple(layer.values()) for layer in layers)
+
+
+@cache
+def _sizes(model: Model, fmt: WeightFormat) -> np.ndarray:
+    sizes = np.array([b for layer in layer_parameters(model, fmt) for b in layer], dtype=np.float64)
+    sizes.flags.writeable = False
+    return sizes
 
 
 def parameter_bytes(sc: Scenario) -> np.ndarray:
     """Return the bytes of each decoder-layer parameter one GPU holds, in vLLM's offload order."""
-    layers = layer_parameters(sc.model, sc.setup.weights)
-    sizes = np.array([b for layer in layers for b in layer], dtype=np.float64)
-    return sizes / sc.system.gpu.count
+    return _sizes(sc.model, sc.setup.weights) / sc.system.gpu.count
 
 
 def offload(sc: Scenario, budget_bytes: float, *, pinned: bool) -> tuple[float, float]:
