@@ -59,8 +59,12 @@ def test_rtr_turns_mmap_off():
     [
         ({"ser": "6,0.4"}, "router's probabilities"),
         ({"ser": "6"}, "'Kmin,t'"),
-        ({"ser": "0,1"}, "Kmin >= 1"),
+        ({"ser": "0,1"}, "Kmin from 1"),
         ({"ser": "a,b"}, "'Kmin,t'"),
+        ({"ser": "1e400,1"}, "'Kmin,t'"),
+        ({"ser": "nan,1"}, "'Kmin,t'"),
+        ({"ser": "6,inf"}, "'Kmin,t'"),
+        ({"ser": [6, 1, 2]}, "'Kmin,t'"),
         ({"ser": "6,1", "fork": "llama.cpp"}, "ik_llama.cpp's option"),
         ({"rtr": True, "fork": "llama.cpp"}, "ik_llama.cpp's option"),
         ({"split_mode": "row"}, "ik_llama has no split mode 'row'"),

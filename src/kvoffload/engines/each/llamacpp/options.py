@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from functools import cache
 from typing import Annotated, Any, Literal
@@ -110,8 +111,15 @@ class Options(Strict):
             except ValueError:
                 raise FieldError("ser", "must be 'Kmin,t' such as '6,1'") from None
             msgspec.structs.force_setattr(self, "ser", ser)
-        if ser and (len(ser) != 2 or ser[0] != int(ser[0]) or ser[0] < 1):
-            raise FieldError("ser", "must be 'Kmin,t' such as '6,1': a whole Kmin >= 1 and t")
+        if ser and (
+            len(ser) != 2
+            or not all(math.isfinite(x) and 0 <= x <= 1e6 for x in ser)
+            or ser[0] != int(ser[0])
+            or ser[0] < 1
+        ):
+            raise FieldError(
+                "ser", "must be 'Kmin,t' such as '6,1': a whole Kmin from 1 and a t up to 1e6"
+            )
         if (ser or self.rtr) and self.fork != "ik_llama":
             raise FieldError(
                 "ser" if ser else "rtr", "is ik_llama.cpp's option: say fork: ik_llama with it"
