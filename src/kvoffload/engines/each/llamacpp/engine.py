@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from kvoffload.engines.each.llamacpp import prefill, row_split
+from kvoffload.engines.each.llamacpp import attention, prefill, row_split
 from kvoffload.engines.each.llamacpp.options import Options, ser_experts
 from kvoffload.engines.each.llamacpp.placement import (
     _read_bytes,
@@ -90,6 +90,7 @@ def _held(sc: Scenario) -> _Held:
 
 def memory(sc: Scenario) -> decode.Memory:
     """Return the scenario's memory without its timing (what a search for a fit asks)."""
+    attention.flash_attention(sc)  # a quantised V cache without it is refused here too
     return _held(_as_run(sc)).memory
 
 
@@ -115,6 +116,7 @@ def predict(sc: Scenario) -> Prediction:
     ttft = prefill.ttft(sc, table, on_gpu)  # ubatches; ops on host weights where they run
     # --split-mode row: every ubatch's chunks pass each split matrix's input and output between GPUs
     ttft += row_split.prefill_s(sc, table, split_rows(sc, table, tensor_gpus(sc)[1]))
+    ttft += attention.prefill_score_s(sc)  # without flash attention, the scores' passes
     if paged:  # mmap: weights past host capacity stay file pages, read back from disk every step
         step_read = float(_read_bytes(sc, table, sc.batch)[~on_gpu].sum()) / w_cpu
         disk_s = paged * step_read / system.storage.read_bandwidth.value

@@ -85,6 +85,9 @@ class Options(Strict):
     # by rows over every GPU (placement.split_rows); or all on main_gpu (none)
     split_mode: Literal["layer", "row", "none", "tensor", "attn", "graph"] = "layer"
     main_gpu: Annotated[int, Meta(ge=0, lt=MAX_DEVICES)] = 0  # -mg: the GPU split_mode none uses
+    # -fa: flash attention; auto (llama.cpp's default) is on wherever the CUDA backend has its
+    # kernels, as for every model here; off (or false) materialises the scores (attention.py)
+    flash_attn: Literal["on", "off", "auto"] | bool = "auto"
     # ik_llama.cpp's -ser Kmin,t (smart expert reduction): "6,1" or [6, 1]; see ser_experts
     ser: tuple[Annotated[float, Meta(ge=0, le=1e6)], ...] | str = ()
     # ik_llama.cpp's -rtr (run-time repack): sets use_mmap = false, so it implies no_mmap
@@ -130,6 +133,8 @@ class Options(Strict):
                 "with t below 1 the experts a token keeps depend on the router's probabilities, "
                 "which the model does not have; 'Kmin,1' keeps exactly Kmin",
             )
+        if isinstance(self.flash_attn, bool):
+            msgspec.structs.force_setattr(self, "flash_attn", "on" if self.flash_attn else "off")
         _check_split_mode(self.split_mode, self.fork)
         if self.rtr:  # common.cpp: -rtr sets params.use_mmap = false
             msgspec.structs.force_setattr(self, "no_mmap", True)

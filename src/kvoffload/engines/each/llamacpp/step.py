@@ -132,6 +132,8 @@ def _step_parts_at(sc: Scenario, batch: float) -> Callable[[np.ndarray], dict[st
     # bytes count as this many bytes at the f16 rate (1 for f16), the recurrent state as itself
     gpu_kv_scale = att_bw / attention.gpu_kv_rate(sc)
     cpu_kv_scale = host_bw / attention.cpu_kv_rate(sc)
+    # without flash attention, the scores each cached position adds (0 with it)
+    scores = lay.kv_per_token[pos_class] * attention.score_bytes(sc)
     cpu_rate_w = cpu_weight_rate(sc)
     ups, downs, peers = _hand_overs(sc, table, gpus)
     activations = batch * model.hidden * 4  # llama.cpp's activations are f32
@@ -156,8 +158,9 @@ def _step_parts_at(sc: Scenario, batch: float) -> Callable[[np.ndarray], dict[st
     def at(context: np.ndarray) -> dict[str, np.ndarray]:
         held = np.minimum(np.asarray(context, dtype=np.float64)[..., None], window)
         kv_bytes = batch * held * kvb
-        gpu_kv = kv_bytes * gpu_kv_scale + state
-        cpu_kv = kv_bytes * cpu_kv_scale + state
+        score_bytes = batch * held * scores
+        gpu_kv = kv_bytes * gpu_kv_scale + state + score_bytes
+        cpu_kv = kv_bytes * cpu_kv_scale + state + score_bytes
         attn_flops = batch * held * attn_per_token
         if mixed is None:
             per_position = np.maximum(
