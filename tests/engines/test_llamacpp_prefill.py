@@ -97,3 +97,40 @@ def test_ik_llama_ngl_n_layer_keeps_the_output_layer_not_layer_0_on_the_cpu():
     assert ik[:-1].all() and not ik[-1]  # ik_llama.cpp: every layer on the GPU, output not
     _, ik_all = llamacpp.placement(_sc(1, n_gpu_layers=n + 1, fork="ik_llama"))
     assert ik_all.all()
+
+
+def test_no_op_offload_computes_every_ubatch_on_the_cpu_where_the_weights_are():
+    """``--no-op-offload``: no ubatch copies host-resident experts to the GPU, so the prefill
+    no longer depends on the link's rates; by default a long prompt's does."""
+    sc = _sc(4096, no_op_offload=True)
+    table, _ = llamacpp.tensor_devices(sc)
+    assert not llamacpp.offloaded(sc, table, 512).any()
+    assert llamacpp.offloaded(_sc(4096), table, 512).any()
+    slow_link = {"base": "rtx-4090-desktop", "id": "slow-link",
+                 "link": {"base": "pcie4-x16", "h2d_bandwidth": "5 GB/s",
+                          "pageable_bandwidth": "2 GB/s"}}  # fmt: skip
+
+    def on(hardware, **options):
+        return _ttft(parse_scenario({**MOE, "hardware": hardware,
+                                     "workload": {"batch": 1, "prompt": 4096, "generate": 1},
+                                     "options": {"cpu_moe": True, **options}}))  # fmt: skip
+
+    assert on(slow_link, no_op_offload=True) == pytest.approx(
+        on("rtx-4090-desktop", no_op_offload=True), rel=1e-12
+    )
+    assert on(slow_link) > on("rtx-4090-desktop")
+
+
+def test_n_batch_caps_the_physical_batch_and_threads_batch_sets_the_prefills_cpu_threads():
+    assert parse_scenario({**MOE, "workload": {"batch": 1, "prompt": 64},
+                           "options": {"n_batch": 256, "n_ubatch": 1024}}).options.ubatch == 256  # fmt: skip
+    capped = _sc(2048, n_batch=256, n_ubatch=1024)
+    same = _sc(2048, n_ubatch=256)
+    assert _ttft(capped) == pytest.approx(_ttft(same), rel=1e-12)
+    few = _sc(2048, threads_batch=1, no_op_offload=True)
+    many = _sc(2048, no_op_offload=True)
+    assert llamacpp.cpu_weight_rate(few, threads=1) < llamacpp.cpu_weight_rate(few)
+    assert _ttft(few) > _ttft(many)  # the prefill's CPU matmuls on one thread
+    assert predict(few, check=False).tpot_s == predict(many, check=False).tpot_s  # decode: -t
+    assert parse_scenario({**MOE, "workload": {"batch": 1, "prompt": 64},
+                           "options": {"mlock": True}}).options.mlock  # fmt: skip

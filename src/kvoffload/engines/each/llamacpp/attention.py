@@ -110,7 +110,7 @@ def prefill_score_s(sc: Scenario) -> float:
     attends = lay.kv_per_token[classes] > 0
     _, on_gpu = placement(sc)
     gpu_layer = on_gpu[: sc.model.n_layers] & (not sc.options.no_kv_offload)
-    u = sc.options.n_ubatch
+    u = sc.options.ubatch
     starts = np.arange(0, sc.prompt, u, dtype=np.float64)
     sizes = np.minimum(u, sc.prompt - starts)
     seen = np.minimum((starts + sizes)[:, None], window[None, :])  # ubatch x layer

@@ -74,6 +74,14 @@ class Options(Strict):
     split_sync_us: Annotated[float, Meta(ge=0, le=100_000)] | None = None  # default: PR #7526
     cache_ram: Annotated[int, Meta(ge=-1, le=1 << 32)] = 8192  # MiB; 0: off, -1: no limit
     n_ubatch: Annotated[int, Meta(ge=1, le=1 << 20)] = 512  # -ub: tokens per physical batch
+    # -b: tokens per logical batch; a physical batch is at most one (cparams.n_ubatch =
+    # min(n_batch, n_ubatch), src/llama-context.cpp)
+    n_batch: Annotated[int, Meta(ge=1, le=1 << 24)] = 2048
+    # --no-op-offload: the prefill never sends an op on host-resident weights to the GPU
+    no_op_offload: bool = False
+    threads_batch: Annotated[int, Meta(ge=1, le=4096)] | None = None  # -tb; default: threads
+    # --mlock: the mapped weights locked in RAM, where the fit already counts them; no term
+    mlock: bool = False
     no_pinned: bool = False  # GGML_CUDA_NO_PINNED=1: the CUDA host buffer is pageable memory
     # which code base: llama.cpp, or ik_llama.cpp (its -ngl keeps the output layer on the CPU,
     # and it offloads a MoE op only when its experts see 32 tokens each on average)
@@ -92,6 +100,11 @@ class Options(Strict):
     ser: tuple[Annotated[float, Meta(ge=0, le=1e6)], ...] | str = ()
     # ik_llama.cpp's -rtr (run-time repack): sets use_mmap = false, so it implies no_mmap
     rtr: bool = False
+
+    @property
+    def ubatch(self) -> int:
+        """Return the tokens of one physical batch: ``n_ubatch``, at most ``n_batch``."""
+        return min(self.n_ubatch, self.n_batch)
 
     def __post_init__(self) -> None:
         """Split a comma-separated ``override_tensor`` and ``tensor_split``; check each rule."""

@@ -190,10 +190,12 @@ def gpu_bytes_each(
     return weights + kv
 
 
-def cpu_weight_rate(sc: Scenario) -> float:
-    """Return the rate (B/s) at which CPU-side matmuls stream their weights (model/cpu_rate.py)."""
+def cpu_weight_rate(sc: Scenario, *, threads: int | None = None) -> float:
+    """Return the rate (B/s) at which CPU-side matmuls stream their weights (model/cpu_rate.py);
+    ``threads``: a count other than ``-t`` (the prefill's ``-tb``), None for ``-t``."""
     o = sc.options
-    return cpu_rate.weight_stream_rate(sc.system.host, sc.setup.weights, o.threads, o.numa)
+    count = threads if threads is not None else o.threads
+    return cpu_rate.weight_stream_rate(sc.system.host, sc.setup.weights, count, o.numa)
 
 
 def host_read_rate(sc: Scenario) -> float:

@@ -92,8 +92,9 @@ def weights_pinned(sc: Scenario) -> bool:
 
 
 def offloaded(sc: Scenario, table: TensorTable, tokens: int) -> np.ndarray:
-    """Return, per tensor, whether a ubatch of ``tokens`` runs its op on the GPU."""
-    if tokens < OFFLOAD_MIN_BATCH:
+    """Return, per tensor, whether a ubatch of ``tokens`` runs its op on the GPU (never with
+    ``--no-op-offload``: ``cparams.op_offload`` false keeps each op with its weights)."""
+    if tokens < OFFLOAD_MIN_BATCH or sc.options.no_op_offload:
         return np.zeros(len(table.nbytes), dtype=bool)
     if sc.options.fork != "ik_llama":
         return np.ones(len(table.nbytes), dtype=bool)
@@ -112,7 +113,7 @@ def _ubatch_s(sc: Scenario, table: TensorTable, on_gpu: np.ndarray, tokens: int)
     upload = float(read[up].sum()) / sc.system.copy_rate("h2d", pinned=weights_pinned(sc))
     flops = 2 * tokens * table.params * np.where(table.routed, k / n, 1.0)
     cpu = max(
-        float(read[here].sum()) / cpu_weight_rate(sc),
+        float(read[here].sum()) / cpu_weight_rate(sc, threads=sc.options.threads_batch),
         float(flops[here].sum()) / sc.system.host.flops.value,
     )
     return upload + cpu
@@ -121,17 +122,17 @@ def _ubatch_s(sc: Scenario, table: TensorTable, on_gpu: np.ndarray, tokens: int)
 def ttft(sc: Scenario, table: TensorTable, on_gpu: np.ndarray) -> float:
     """Return llama.cpp's prefill time (s): the GPU's work plus each ubatch's host-side weights."""
     tokens = sc.prompt * sc.batch
-    full, rest = divmod(tokens, sc.options.n_ubatch)
+    full, rest = divmod(tokens, sc.options.ubatch)
     host = ~on_gpu & (table.position >= 0)
     # the GPU reads its own weights and, once a ubatch is big enough, the ones copied to it
-    uploaded = host & offloaded(sc, table, min(tokens, sc.options.n_ubatch))
+    uploaded = host & offloaded(sc, table, min(tokens, sc.options.ubatch))
     gpu_bytes = (
         float(table.nbytes[on_gpu].sum() + table.nbytes[uploaded].sum()) if host.any() else None
     )
     setup = decode.Setup(sc.system, sc.model, sc.setup.weights, sc.setup.kv)
     rate = _row_split_rate(sc, table, prefill_rate(sc))
     gpu = float(decode.ttft(setup, sc.prompt, sc.batch, rate=rate, gpu_weight_bytes=gpu_bytes))
-    host_s = full * _ubatch_s(sc, table, on_gpu, sc.options.n_ubatch)
+    host_s = full * _ubatch_s(sc, table, on_gpu, sc.options.ubatch)
     if rest:
         host_s += _ubatch_s(sc, table, on_gpu, rest)
     return gpu + host_s

@@ -43,8 +43,8 @@ def prefill_s(sc: Scenario, table: TensorTable, split: np.ndarray) -> float:
     if not split.any():
         return 0.0
     tokens = sc.prompt * sc.batch
-    full, rest = divmod(tokens, sc.options.n_ubatch)
-    sizes = [sc.options.n_ubatch] * (1 if full else 0) + ([rest] if rest else [])
+    full, rest = divmod(tokens, sc.options.ubatch)
+    sizes = [sc.options.ubatch] * (1 if full else 0) + ([rest] if rest else [])
     counts = [full] * (1 if full else 0) + ([1] if rest else [])
     total = 0.0
     for size, count in zip(sizes, counts, strict=True):
