@@ -122,6 +122,11 @@ def hit_rate(tr: Traffic, capacity: ArrayLike) -> np.ndarray:
     quantiles). With no spread this is Che's: hit = P(gap < T).
     """
     slots = np.floor(np.asarray(capacity, dtype=np.float64) / tr.size)  # whole sessions held
+    return _slot_hit_rate(tr, slots)
+
+
+def _slot_hit_rate(tr: Traffic, slots: np.ndarray) -> np.ndarray:
+    """Return ``hit_rate`` for an LRU holding ``slots`` whole sessions."""
     tail = tr.mean_gap - tr.gap_min
     u = (np.arange(_GAP_QUANTILES) + 0.5) / _GAP_QUANTILES
     gaps = tr.gap_min - tail * np.log1p(-u)  # the gap's quantiles
@@ -173,6 +178,11 @@ def capacity_for(tr: Traffic, target: float) -> float:
         return 0.0
     if target >= 1 or hit_rate(tr, whole * (1 - 1e-12)) < target:
         return whole
+    if tr.sessions <= _EXACT_SESSIONS:
+        # the hit rate steps at whole sessions: every count of them at once, the first that
+        # reaches the target (the bisection below converges on the same step)
+        hits = _slot_hit_rate(tr, np.arange(tr.sessions, dtype=np.float64))
+        return float(int(np.argmax(hits >= target)) * tr.size) if (hits >= target).any() else whole
     lo, hi = 0.0, whole
     for _ in range(_ITERATIONS):
         mid = (lo + hi) / 2
