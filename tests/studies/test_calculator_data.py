@@ -17,6 +17,7 @@ from kvoffload.inputs.precision import KvFormat, WeightFormat
 from kvoffload.model import decode, working_memory
 from kvoffload.report import calculator_page
 from kvoffload.studies import calculator_data as cd
+from kvoffload.studies import calculator_models
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,7 @@ def test_layer_classes_are_the_step_models(data):
 @pytest.mark.parametrize("ident", ["llama-3.1-8b", "deepseek-v3", "qwen3-next-80b-a3b"])
 def test_the_prefill_working_set_is_rows_times_the_row_bytes(ident):
     model = load_model(ident)
-    row = cd.working_row_bytes(model)
+    row = calculator_models.working_row_bytes(model)
     for prompt, batch in ((1, 1), (100, 3), (5000, 1), (128000, 8)):
         rows = min(prompt * batch, working_memory.CHUNK_TOKENS)
         want = working_memory.prefill_working_bytes(
