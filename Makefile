@@ -6,9 +6,10 @@ STAMP  := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | cksu
 LAB_STAMP := $(VENV)/.lab-installed-$(shell cat requirements-lab.lock | cksum | cut -d' ' -f1)
 LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
 UV := uv==0.13.9
-# uv (pinned, from PyPI) installs a lock in seconds where pip takes most of a minute; pip puts it
-# in the venv (a venv made before uv was used gets it on the first `make lab`)
-INSTALL_UV := bash -o pipefail -c '$(BIN)/python -m pip install -q --disable-pip-version-check $(UV) 2>&1 | { grep -v "^WARNING: Location" || true; }'
+# uv (pinned, from PyPI) installs a lock in seconds where pip takes most of a minute. The venv is
+# made without pip (ensurepip's copy took 6 s of a fresh `make test`): the interpreter's own pip
+# puts uv in it (`pip --python`, pip >= 22.3), else ensurepip gives the venv a pip that does
+INSTALL_UV := bash -o pipefail -c '( { $(PYTHON) -m pip --python $(BIN)/python install -q --disable-pip-version-check $(UV) 2>/dev/null; } || { $(BIN)/python -m ensurepip --default-pip >/dev/null && $(BIN)/python -m pip install -q --disable-pip-version-check $(UV); } ) 2>&1 | { grep -v "^WARNING: Location" || true; }'
 # pytest keeps its assertion-rewritten test modules only where Python may write bytecode: with a
 # shell's PYTHONDONTWRITEBYTECODE=1 every worker rewrote every test module on every run (8.2 s of
 # collection against 3.3 s read back). The cache lies in tests/**/__pycache__, which git ignores.
@@ -24,7 +25,7 @@ venv: $(STAMP)
 # The virtual environment, built from the pinned lock file; rebuilt when the lock changes.
 $(STAMP): requirements.lock pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kvoffload needs Python >= 3.11, found " + sys.version.split()[0])'
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@test -x $(BIN)/python || $(PYTHON) -m venv --without-pip $(VENV)
 	@echo "installing pinned dependencies into $(VENV) (first run only)"
 	@$(INSTALL_UV)
 	@$(BIN)/uv pip install -q --python $(BIN)/python -r requirements.lock
@@ -94,7 +95,7 @@ fonts: $(STAMP)
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 	(cd "$$tmp" && npm pack --silent $(FONT_PACKAGES) >/dev/null && \
 	  for f in *.tgz; do mkdir -p "$${f%.tgz}" && tar xzf "$$f" -C "$${f%.tgz}"; done) && \
-	$(BIN)/python -m pip install -q --disable-pip-version-check --target "$$tmp/py" $(FONT_TOOLS) && \
+	$(BIN)/uv pip install -q --python $(BIN)/python --target "$$tmp/py" $(FONT_TOOLS) && \
 	PYTHONPATH="$$tmp/py" $(BIN)/python -c 'import sys; from pathlib import Path; \
 	from kvoffload.bookbuild.assets import subset_fonts; \
 	print(subset_fonts(Path("."), Path(sys.argv[1]), Path(sys.argv[2])))' \
