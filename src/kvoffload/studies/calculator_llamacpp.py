@@ -27,6 +27,7 @@ from kvoffload.inputs.precision import KvFormat, WeightFormat
 from kvoffload.model import cpu_rate, tensor_groups
 from kvoffload.studies import advise_commands
 from kvoffload.studies.advise_search import LLAMACPP_FORMATS, LLAMACPP_KV, weight_formats
+from kvoffload.studies.calculator_models import runs
 
 ENGINES = ("generic", "llamacpp")  # the engines the page evaluates, generic first
 _DEFAULTS = msgspec.structs.asdict(llamacpp.Options())
@@ -55,17 +56,6 @@ def _ops(table: tensor_groups.TensorTable, p: int) -> str:
     return "".join(k for j, k in enumerate(kinds) if j == 0 or kinds[j - 1] != k)
 
 
-def _runs(rows: list[list]) -> list[list]:
-    """Return ``rows`` run-length encoded: [[row, count], ...]."""
-    out: list[list] = []
-    for r in rows:
-        if out and out[-1][0] == r:
-            out[-1][1] += 1
-        else:
-            out.append([r, 1])
-    return out
-
-
 def positions(model: Model, fmt: WeightFormat) -> dict[str, Any]:
     """Return one format's tensors per position for the page (tensor_groups.tensor_table).
 
@@ -86,7 +76,7 @@ def positions(model: Model, fmt: WeightFormat) -> dict[str, Any]:
         table.group == tensor_groups.GROUPS.index("output")
     )
     return {
-        "rows": _runs(rows),
+        "rows": runs(rows),
         "embedding_bytes": float(table.nbytes[table.position < 0].sum()),
         "output": bool(head.any()),
     }

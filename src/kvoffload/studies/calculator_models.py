@@ -4,6 +4,7 @@ prefill working set per token and its constants, as JSON-ready values."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -27,14 +28,14 @@ def _numbers(values: np.ndarray) -> list:
     return [_number(v) for v in np.asarray(values, dtype=np.float64)]
 
 
-def _runs(order: tuple[int, ...]) -> list[list[int]]:
-    """Return ``order`` run-length encoded: [[class, count], ...]."""
-    out: list[list[int]] = []
-    for c in order:
-        if out and out[-1][0] == c:
+def runs(items: Iterable[Any]) -> list[list]:
+    """Return ``items`` run-length encoded: [[item, count], ...] (equal neighbours merged)."""
+    out: list[list] = []
+    for item in items:
+        if out and out[-1][0] == item:
             out[-1][1] += 1
         else:
-            out.append([c, 1])
+            out.append([item, 1])
     return out
 
 
@@ -43,7 +44,7 @@ def layer_classes(model: Model, fmt: WeightFormat) -> dict[str, Any]:
     lay = decode.layers(model, fmt)
     return {
         "count": _numbers(lay.count),
-        "order": _runs(lay.order),
+        "order": runs(lay.order),
         "window": [None if np.isinf(w) else _number(w) for w in lay.window],
         "kv_per_token": _numbers(lay.kv_per_token),
         "weight_bytes": _numbers(lay.weight_bytes),

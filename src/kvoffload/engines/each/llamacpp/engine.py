@@ -38,6 +38,7 @@ class _Held:
     """Where a scenario's weights and KV sit: each tensor's device and the bytes per place."""
 
     table: tensor_groups.TensorTable
+    gpus: np.ndarray  # each tensor's GPU (-1: the CPU), tensor_gpus' answer
     on_gpu: np.ndarray
     w_gpu: float
     w_cpu: float  # the token embeddings included
@@ -85,7 +86,7 @@ def _held(sc: Scenario) -> _Held:
         tuple(gpu_bytes_each(sc, table, gpus, kv_layers).tolist()) if sc.system.n_gpus > 1 else ()
     )
     paged = paged_bytes(sc, w_cpu, kv_cpu)
-    return _Held(table, on_gpu, w_gpu, w_cpu, kv_gpu, kv_cpu, paged, each)
+    return _Held(table, gpus, on_gpu, w_gpu, w_cpu, kv_gpu, kv_cpu, paged, each)
 
 
 def memory(sc: Scenario) -> decode.Memory:
@@ -113,9 +114,10 @@ def predict(sc: Scenario) -> Prediction:
     held = _held(sc)
     table, on_gpu, w_cpu = held.table, held.on_gpu, held.w_cpu
     w_gpu, kv_gpu, kv_cpu, paged = held.w_gpu, held.kv_gpu, held.kv_cpu, held.paged
-    ttft = prefill.ttft(sc, table, on_gpu)  # ubatches; ops on host weights where they run
+    split = split_rows(sc, table, held.gpus)  # --split-mode row's matrices (none otherwise)
+    ttft = prefill.ttft(sc, table, on_gpu, split)  # ubatches; ops on host weights where they run
     # --split-mode row: every ubatch's chunks pass each split matrix's input and output between GPUs
-    ttft += row_split.prefill_s(sc, table, split_rows(sc, table, tensor_gpus(sc)[1]))
+    ttft += row_split.prefill_s(sc, table, split)
     ttft += attention.prefill_score_s(sc)  # without flash attention, the scores' passes
     if paged:  # mmap: weights past host capacity stay file pages, read back from disk every step
         step_read = float(_read_bytes(sc, table, sc.batch)[~on_gpu].sum()) / w_cpu

@@ -118,18 +118,12 @@ def tensor_gpus(sc: Scenario) -> tuple[TensorTable, np.ndarray]:
     matrix's GPU is the one its layer runs on, which holds its share of the rows
     (``split_rows``).
     """
-    table, gpus, _ = _tensor_gpus_forced(sc)
-    return table, gpus
-
-
-def _tensor_gpus_forced(sc: Scenario) -> tuple[TensorTable, np.ndarray, np.ndarray]:
-    """Return ``tensor_gpus``' answer and, per tensor, whether an override chose its buffer."""
     table = tensor_groups.tensor_table(sc.model, sc.setup.weights)
     layer_gpu = gpu_split(sc)
     gpus = np.where(table.position >= 0, layer_gpu[np.maximum(table.position, 0)], -1)
     rules = override_rules(sc.options)
     if not rules:
-        return table, gpus, np.zeros(len(gpus), dtype=bool)
+        return table, gpus
     forced = tensor_groups.match_overrides(table, rules)
     for device in set(forced.tolist()) - {"", "cpu"}:
         named = int(device[3:]) if device != "gpu" else None
@@ -146,7 +140,7 @@ def _tensor_gpus_forced(sc: Scenario) -> tuple[TensorTable, np.ndarray, np.ndarr
             gpus,
         )
     gpus = np.where(forced == "cpu", -1, gpus)
-    return table, gpus.astype(np.int64), forced != ""
+    return table, gpus.astype(np.int64)
 
 
 def row_shares(sc: Scenario) -> np.ndarray:
@@ -169,7 +163,8 @@ def split_rows(sc: Scenario, table: TensorTable, gpus: np.ndarray) -> np.ndarray
     shares = row_shares(sc)
     if sc.options.split_mode != "row" or np.count_nonzero(shares > 0) < 2:
         return np.zeros(len(gpus), dtype=bool)
-    _, _, forced = _tensor_gpus_forced(sc)
+    # a weight an override placed keeps that buffer (match_overrides: '' where none matched)
+    forced = tensor_groups.match_overrides(table, override_rules(sc.options)) != ""
     own = shares[np.maximum(gpus, 0)] > 0
     return (gpus >= 0) & table.matrix & ~forced & own & (table.position >= 0)
 

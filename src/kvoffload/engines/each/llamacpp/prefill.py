@@ -27,13 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from kvoffload.engines.each.llamacpp.options import mmq_share_default
-from kvoffload.engines.each.llamacpp.placement import (
-    cpu_weight_rate,
-    layers_per_gpu,
-    row_shares,
-    split_rows,
-    tensor_gpus,
-)
+from kvoffload.engines.each.llamacpp.placement import cpu_weight_rate, layers_per_gpu, row_shares
 from kvoffload.inputs.hardware import Gpu
 from kvoffload.inputs.precision import WeightFormat
 from kvoffload.model import decode, routing
@@ -70,12 +64,10 @@ def prefill_rate(sc: Scenario) -> float:
     return float(counts.sum() / (counts / rates).sum())
 
 
-def _row_split_rate(sc: Scenario, table: TensorTable, rate: float) -> float:
-    """Return the prefill's FLOP/s with ``--split-mode row``: the split matrices' FLOPs run on
-    every GPU at once, each its share of the rows (the slowest share last), the rest at
+def _row_split_rate(sc: Scenario, table: TensorTable, split: np.ndarray, rate: float) -> float:
+    """Return the prefill's FLOP/s with ``--split-mode row``: the split matrices' FLOPs (``split``)
+    run on every GPU at once, each its share of the rows (the slowest share last), the rest at
     ``rate``."""
-    _, gpus = tensor_gpus(sc)
-    split = split_rows(sc, table, gpus)
     if not split.any():
         return rate
     fmt = sc.setup.weights
@@ -119,8 +111,9 @@ def _ubatch_s(sc: Scenario, table: TensorTable, on_gpu: np.ndarray, tokens: int)
     return upload + cpu
 
 
-def ttft(sc: Scenario, table: TensorTable, on_gpu: np.ndarray) -> float:
-    """Return llama.cpp's prefill time (s): the GPU's work plus each ubatch's host-side weights."""
+def ttft(sc: Scenario, table: TensorTable, on_gpu: np.ndarray, split: np.ndarray) -> float:
+    """Return llama.cpp's prefill time (s): the GPU's work plus each ubatch's host-side weights
+    (``split``: the matrices ``--split-mode row`` splits over the GPUs)."""
     tokens = sc.prompt * sc.batch
     full, rest = divmod(tokens, sc.options.ubatch)
     host = ~on_gpu & (table.position >= 0)
@@ -130,7 +123,7 @@ def ttft(sc: Scenario, table: TensorTable, on_gpu: np.ndarray) -> float:
         float(table.nbytes[on_gpu].sum() + table.nbytes[uploaded].sum()) if host.any() else None
     )
     setup = decode.Setup(sc.system, sc.model, sc.setup.weights, sc.setup.kv)
-    rate = _row_split_rate(sc, table, prefill_rate(sc))
+    rate = _row_split_rate(sc, table, split, prefill_rate(sc))
     gpu = float(decode.ttft(setup, sc.prompt, sc.batch, rate=rate, gpu_weight_bytes=gpu_bytes))
     host_s = full * _ubatch_s(sc, table, on_gpu, sc.options.ubatch)
     if rest:

@@ -42,15 +42,11 @@ def prefill_s(sc: Scenario, table: TensorTable, split: np.ndarray) -> float:
     chunks of 128 tokens, each chunk through every split matrix."""
     if not split.any():
         return 0.0
-    tokens = sc.prompt * sc.batch
-    full, rest = divmod(tokens, sc.options.ubatch)
-    sizes = [sc.options.ubatch] * (1 if full else 0) + ([rest] if rest else [])
-    counts = [full] * (1 if full else 0) + ([1] if rest else [])
-    total = 0.0
-    for size, count in zip(sizes, counts, strict=True):
-        chunks, tail = divmod(size, SRC1_COL_STRIDE)
-        per = chunks * exchange_s(sc, table, split, SRC1_COL_STRIDE)
-        if tail:
-            per += exchange_s(sc, table, split, tail)
-        total += count * per
-    return total
+
+    def ubatch_s(tokens: int) -> float:
+        chunks, tail = divmod(tokens, SRC1_COL_STRIDE)
+        whole = chunks * exchange_s(sc, table, split, SRC1_COL_STRIDE)
+        return whole + (exchange_s(sc, table, split, tail) if tail else 0.0)
+
+    full, rest = divmod(sc.prompt * sc.batch, sc.options.ubatch)
+    return full * ubatch_s(sc.options.ubatch) + (ubatch_s(rest) if rest else 0.0)
