@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -199,12 +201,43 @@ def test_an_out_that_cannot_be_written_is_refused_naming_it(case, tmp_path):
     assert err.value.file == str(out) and err.value.field == "--out"
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through permission bits")
-def test_a_folder_without_write_permission_is_refused(tmp_path):
-    locked = tmp_path / "locked"
-    locked.mkdir(mode=0o555)
-    with pytest.raises(InputError, match="cannot write in"):
-        measure.check_out(locked / "me.yaml")
+def test_a_folder_without_write_permission_is_refused():
+    """Root writes through permission bits, so as root the check runs as user nobody."""
+    parent = Path(tempfile.mkdtemp(prefix="kvoffload-locked-"))  # 0700 under root's tmp_path
+    try:
+        parent.chmod(0o755)
+        locked = parent / "locked"
+        locked.mkdir(mode=0o555)
+        if os.geteuid() != 0:
+            with pytest.raises(InputError, match="cannot write in"):
+                measure.check_out(locked / "me.yaml")
+            return
+        read, write = os.pipe()
+        pid = os.fork()  # the child drops to nobody and runs the check: nothing to exec
+        if pid == 0:
+            status = 1
+            try:
+                os.close(read)
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)
+                try:
+                    measure.check_out(locked / "me.yaml")
+                    message = "accepted"
+                except InputError as exc:
+                    message = exc.problem
+                os.write(write, message.encode())
+                status = 0
+            finally:
+                os._exit(status)
+        os.close(write)
+        with os.fdopen(read, "rb") as pipe:
+            message = pipe.read().decode()
+        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+        assert message.startswith(f"cannot write in {locked}: Permission denied"), message
+        assert list(locked.iterdir()) == []
+    finally:
+        shutil.rmtree(parent)
 
 
 def test_the_profile_is_written_0644_through_a_temporary_file(report, tmp_path, monkeypatch):
