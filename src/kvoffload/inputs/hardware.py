@@ -9,12 +9,26 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
 import msgspec
-from msgspec import UNSET, Meta, UnsetType
+from msgspec import Meta
 
 from kvoffload.inputs import catalog, detect
 from kvoffload.inputs.errors import InputError
-from kvoffload.inputs.figures import Figure, FigureField, parse_figures
+from kvoffload.inputs.figures import Figure, parse_figures
 from kvoffload.inputs.files import check_path, display_name, load_mapping, stat_mode
+from kvoffload.inputs.measurements import build_measurements
+from kvoffload.inputs.ranges import (
+    Capacity,
+    Count,
+    CrossSocketBandwidth,
+    DeviceBandwidth,
+    DiskCapacity,
+    Efficiency,
+    FlopRate,
+    Iops,
+    Latency,
+    LinkBandwidth,
+    ReservedMemory,
+)
 from kvoffload.inputs.text import (
     NAME_CHARS,
     NOTE_CHARS,
@@ -22,22 +36,10 @@ from kvoffload.inputs.text import (
     PlainText,
     Strict,
     plain_text,
+    unknown_field,
     validate,
 )
-from kvoffload.inputs.units import Dim, format_quantity
-
-# Plausible ranges: wide enough for any real machine, narrow enough to catch slips of unit.
-Capacity = FigureField(Dim.BYTES, 1e8, 1e15)
-DiskCapacity = FigureField(Dim.BYTES, 1e9, 1e16)
-DeviceBandwidth = FigureField(Dim.BANDWIDTH, 1e9, 1e14)
-LinkBandwidth = FigureField(Dim.BANDWIDTH, 1e7, 1e13)
-FlopRate = FigureField(Dim.FLOP_RATE, 1e9, 1e18)
-Latency = FigureField(Dim.TIME, 1e-9, 1.0, allow_zero=True)
-Iops = FigureField(Dim.RATE, 1.0, 1e9)
-Efficiency = FigureField(Dim.FRACTION, 0.01, 1.0)
-Count = Annotated[int, Meta(ge=1, le=4096)]  # cores or threads
-ReservedMemory = FigureField(Dim.BYTES, 1e8, 1e14, allow_zero=True)
-CrossSocketBandwidth = FigureField(Dim.BANDWIDTH, 1e9, 1e12)  # UPI / xGMI: GB/s to a TB/s
+from kvoffload.inputs.units import format_quantity
 
 
 class Part(Strict):
@@ -190,78 +192,6 @@ PART_MODELS: dict[str, type[Part]] = {
 }
 
 
-# -- measurements: the raw tables `kvoffload measure` keeps; reports read them, the model does not
-# Bounded on both sides, so no row holds an infinity or a NaN.
-GbPerS = Annotated[float, Meta(gt=0, le=1e4)]  # GB/s: up to 10 TB/s, a GPU's own memory
-MAX_ROWS = 10_000  # rows per table: a full `measure` writes a few dozen
-
-
-class HostMemoryRow(Strict):
-    """One host-memory test: read or copy, on some threads."""
-
-    test: PlainName
-    threads: Count
-    gb_s: GbPerS
-
-
-class RandomReadRow(Strict):
-    """Random reads of one request size at one queue depth, and their share of sequential."""
-
-    request_bytes: Annotated[int, Meta(ge=512, le=2**34)]
-    queue_depth: Annotated[int, Meta(ge=1, le=65_536)]
-    gb_s: GbPerS
-    share_of_sequential: Annotated[float, Meta(gt=0, le=100)]  # above 1 only through a cache
-
-
-class GpuCopyRow(Strict):
-    """Host-to-device and device-to-host copies of one size, pinned or pageable."""
-
-    bytes: Annotated[int, Meta(ge=1, le=2**44)]
-    pinned: bool
-    h2d_gb_s: GbPerS
-    d2h_gb_s: GbPerS
-
-
-class AttentionStepRow(Strict):
-    """One attention step's time with the cache placed one way."""
-
-    placement: PlainName
-    ms: Annotated[float, Meta(gt=0, le=1e7)]
-    layers: Annotated[int, Meta(ge=1, le=10_000)]
-    tokens: Annotated[int, Meta(ge=1, le=10**8)]
-
-
-# Fields not given stay UNSET, so the block reads back holding only what the file gave.
-class MeasurementTables(Strict):
-    """The tables of a measured profile, each a list of rows of one shape."""
-
-    host_memory: Annotated[list[HostMemoryRow], Meta(max_length=MAX_ROWS)] | UnsetType = UNSET
-    storage_random_reads: Annotated[list[RandomReadRow], Meta(max_length=MAX_ROWS)] | UnsetType = (
-        UNSET
-    )
-    gpu_copies: Annotated[list[GpuCopyRow], Meta(max_length=MAX_ROWS)] | UnsetType = UNSET
-    gpu_attention_step: Annotated[list[AttentionStepRow], Meta(max_length=MAX_ROWS)] | UnsetType = (
-        UNSET
-    )
-
-
-class Measurements(Strict):
-    """A profile's ``measurements:`` block: raw tables, what was skipped and why, notes."""
-
-    tables: MeasurementTables | UnsetType = UNSET
-    skipped: Annotated[list[PlainText], Meta(max_length=100)] | UnsetType = UNSET
-    notes: Annotated[list[PlainText], Meta(max_length=100)] | UnsetType = UNSET
-
-
-def build_measurements(raw: Any) -> dict[str, Any]:
-    """Validate a ``measurements:`` block; return it as plain data, holding only what it gave."""
-    try:
-        measurements = validate(raw, Measurements, unknown=_unknown_field)
-    except InputError as exc:
-        raise exc.within(field="measurements") from None
-    return msgspec.to_builtins(measurements)
-
-
 def _not_above(part: Part, name: str, limit: str, slack: float = 1.0) -> None:
     a, b = getattr(part, name), getattr(part, limit)
     if a is not None and b is not None and a.value > b.value * slack:
@@ -395,13 +325,6 @@ _SYSTEM_KEYS = {
 }
 
 
-def _unknown_field(key: str, known: list[str]) -> str:
-    """Return the problem of an unknown key: the field it may misspell, and the fields known."""
-    close = difflib.get_close_matches(key, known, n=1)
-    said = f"unknown field; did you mean {close[0]!r}?" if close else "unknown field"
-    return f"{said} (fields: {', '.join(known)})"
-
-
 def build_part(kind: str, raw: Any, inherited: dict | None = None) -> Part:
     """Validate one part given as a catalog id, or a mapping with optional 'base' overrides."""
     table = catalog.parts(kind)
@@ -421,7 +344,7 @@ def build_part(kind: str, raw: Any, inherited: dict | None = None) -> Part:
         raise InputError("must be a catalog id or a mapping of fields", field=kind)
     schema = PART_MODELS[kind]
     try:
-        return validate(parse_figures(schema, merged), schema, unknown=_unknown_field)
+        return validate(parse_figures(schema, merged), schema, unknown=unknown_field)
     except InputError as exc:
         raise exc.within(field=kind) from None
 

@@ -19,6 +19,7 @@ the studies that write Markdown sentences can use it too.
 
 from __future__ import annotations
 
+import difflib
 import re
 import unicodedata
 from collections.abc import Callable
@@ -154,6 +155,13 @@ def validate(
         return msgspec.convert(raw, schema)
     except msgspec.ValidationError as exc:
         raise schema_error(exc, schema, unknown=unknown) from None
+
+
+def unknown_field(key: str, known: list[str]) -> str:
+    """Return the problem of an unknown key: the field it may misspell, and the fields known."""
+    close = difflib.get_close_matches(key, known, n=1)
+    said = f"unknown field; did you mean {close[0]!r}?" if close else "unknown field"
+    return f"{said} (fields: {', '.join(known)})"
 
 
 # Inline Markdown (MyST with dollarmath) that a backslash turns back into a character: code and

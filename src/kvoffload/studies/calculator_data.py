@@ -48,7 +48,7 @@ class FigureSpec:
     """One machine figure the page shows and lets a reader type: its key, unit and plausible range.
 
     ``scale`` converts the page's unit into base units; ``lo`` and ``hi`` are the range
-    inputs/hardware.py's field accepts (base units, inclusive); ``optional`` figures may be left
+    inputs/ranges.py's field accepts (base units, inclusive); ``optional`` figures may be left
     blank (no pageable rate, no disk bound); ``zero`` allows 0 (a link's latency).
     """
 
@@ -63,8 +63,8 @@ class FigureSpec:
     main: bool = False  # shown at once; the others sit under "more figures"
 
 
-# The ranges are those of inputs/hardware.py (Capacity, DeviceBandwidth, LinkBandwidth, FlopRate,
-# Latency, storage capacity); tests/test_calculator_data.py holds them to the profile loader.
+# The ranges are those of inputs/ranges.py (Capacity, DeviceBandwidth, LinkBandwidth, FlopRate,
+# Latency, storage capacity); tests/studies/test_calculator_data.py holds them to the profile loader.
 FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec("gpu_memory", "GPU memory", "GB", 1e9, 1e8, 1e15, main=True),
     FigureSpec("gpu_bandwidth", "GPU memory bandwidth", "GB/s", 1e9, 1e9, 1e14, main=True),

@@ -1,6 +1,6 @@
 /*
  * The calculator page's form: its controls, the machine's figures in the fields, the inputs read
- * and checked (each problem a sentence, with inputs/hardware.py's ranges), the reuse question's
+ * and checked (each problem a sentence, with inputs/ranges.py's ranges), the reuse question's
  * inputs, the engine's fields (llama.cpp's options, the context as 131072, 128K or 1M), and the
  * setup the step model evaluates. Exposes window.KvoForm.create(data, model), model being
  * KvoModel.create(data).
