@@ -59,15 +59,29 @@ def _quick_jobs(root: Path):
     ]
 
 
+def _command(p: psutil.Process) -> str:
+    """Return a process's command line, or "" once it has gone (children come and go)."""
+    try:
+        return " ".join(p.cmdline())
+    except psutil.NoSuchProcess:  # ZombieProcess too
+        return ""
+
+
+def _alive(p: psutil.Process) -> bool:
+    """True while the process runs and is not a zombie."""
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def _wait_for_sleeping_kernels(proc: subprocess.Popen, root: Path, timeout: float = 240) -> list:
     """Wait until every quick run is stored and two kernels run the slow chapter."""
     parent = psutil.Process(proc.pid)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()
-        kernels = [
-            p for p in parent.children(recursive=True) if "ipykernel" in " ".join(p.cmdline())
-        ]
+        kernels = [p for p in parent.children(recursive=True) if "ipykernel" in _command(p)]
         if len(kernels) == 2 and all(cached(j) for j in _quick_jobs(root)):
             time.sleep(1)  # both are inside the slow chapter's sleep by now
             return parent.children(recursive=True)
@@ -98,8 +112,8 @@ def test_an_interrupt_stops_the_build_at_once_and_leaves_nothing_running(tmp_pat
     assert proc.returncode == expected, err
     assert len(err.strip().splitlines()) == 1 and "interrupted" in err, err
     time.sleep(0.5)
-    alive = [p for p in children if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-    assert not alive, [p.cmdline() for p in alive]
+    alive = [p for p in children if _alive(p)]
+    assert not alive, [_command(p) for p in alive]
     # the last site is untouched, the finished runs stay: the next build resumes from them
     assert (root / "_build" / "html" / "index.html").read_text() == "the last good site"
     assert all(cached(j) for j in _quick_jobs(root))
