@@ -39,20 +39,40 @@ def reference(src: dict, options: dict) -> dict:
     }
 
 
-def test_llamacpp_gpu_share_is_re_derived_from_pr_6766():
-    entry = CONSTANTS["llamacpp"]["gpu_share"]
+@pytest.mark.parametrize("key", ["gpu_op_us", "gpu_op_us_no_graphs"])
+def test_llamacpp_gpu_op_time_is_re_derived_from_pr_6766(key):
+    entry = CONSTANTS["llamacpp"][key]
     src = entry["from"]
-    sc = parse_scenario(reference(src, {"gpu_share": 1.0}), name="llama.cpp PR #6766 reference")
+    graphs = src["cuda_graphs"]
+    options = {"gpu_op_us": 0.0, "cuda_graphs": graphs}
+    sc = parse_scenario(reference(src, options), name="llama.cpp PR #6766 reference")
     parts = llamacpp.step_parts(sc, sc.prompt + np.arange(sc.generate), 1)  # every token
-    ideal = float(np.mean(parts["gpu"]))
-    rest = float(np.mean(parts["cpu"] + parts["link"]))
-    share = ideal / (1 / src["tokens_per_s"] - rest)
-    assert entry["value"] == pytest.approx(share, rel=1e-5)
-    assert 0 < share <= 1
-    assert llamacpp.gpu_share_default() == entry["value"]
-    # with the stored share, the reference run comes back at the measured rate
-    back = predict(parse_scenario(reference(src, {}), name="back"), check=False)
+    free = float(np.mean(parts["gpu"] + parts["cpu"] + parts["link"]))
+    matmuls = 7 * sc.model.n_layers + 1  # -ngl 99: q, k, v, o, gate, up, down and the output's
+    op_us = (1 / src["tokens_per_s"] - free) / matmuls * 1e6
+    assert entry["value"] == pytest.approx(op_us, rel=1e-5)
+    assert 0 < op_us < 100
+    assert llamacpp.gpu_op_s_default(graphs) == pytest.approx(entry["value"] * 1e-6, rel=1e-15)
+    # with the stored time, the reference run comes back at the measured rate
+    back = predict(
+        parse_scenario(reference(src, {"cuda_graphs": graphs}), name="back"), check=False
+    )
     assert back.to_json()["decode_tokens_per_s"] == pytest.approx(src["tokens_per_s"], rel=1e-5)
+
+
+def test_cuda_graphs_take_less_per_op_and_matter_more_on_a_small_model():
+    src = CONSTANTS["llamacpp"]["gpu_op_us"]["from"]
+    on, off = (
+        predict(parse_scenario(reference(src, {"cuda_graphs": g}), name="x"), check=False).tpot_s
+        for g in (True, False)
+    )
+    assert on < off
+    small = {**src, "model": "llama-3.2-1b"}
+    on_s, off_s = (
+        predict(parse_scenario(reference(small, {"cuda_graphs": g}), name="x"), check=False).tpot_s
+        for g in (True, False)
+    )
+    assert off_s / on_s > off / on  # a fixed cost per op weighs most where the bytes are few
 
 
 def test_llamacpp_split_sync_is_re_derived_from_pr_7526():
@@ -92,7 +112,7 @@ def test_the_defaults_are_what_a_scenario_without_options_uses():
                     **raw,
                     "options": extra
                     | {
-                        "gpu_share": c["gpu_share"]["value"],
+                        "gpu_op_us": c["gpu_op_us"]["value"],
                         "split_sync_us": c["split_sync_us"]["value"],
                     },
                 }

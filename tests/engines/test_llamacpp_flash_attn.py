@@ -28,8 +28,7 @@ def test_without_flash_attention_each_cached_position_adds_four_f32_passes_of_th
     ctx = np.array([8192.0])
     gap = llamacpp.step_parts(off, ctx, 2.0)["gpu"] - llamacpp.step_parts(on, ctx, 2.0)["gpu"]
     m = off.model
-    share, _ = llamacpp._constants(off)
-    want = 2 * 8192 * m.n_heads * 4 * 4 * m.n_layers / off.system.gpu.attention_rate / share
+    want = 2 * 8192 * m.n_heads * 4 * 4 * m.n_layers / off.system.gpu.attention_rate
     assert gap[0] == pytest.approx(want, rel=1e-9)
     assert attention.score_bytes(on) == 0.0 and attention.SCORE_PASSES == 4
     assert parse_scenario(_raw(flash_attn=False)).options.flash_attn == "off"

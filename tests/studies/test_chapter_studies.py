@@ -221,8 +221,8 @@ def test_calibration_takes_engine_constants_kind_and_source_from_the_catalog():
     data = catalog.load("engine_constants")
     assert len(engines) == sum(len(v) for v in data.values())
     assert "measured" not in set(engines["kind"])
-    share = engines[engines["constant"].str.startswith("gpu_share")].iloc[0]
-    c = data["llamacpp"]["gpu_share"]
+    share = engines[engines["constant"].str.startswith("gpu_op_us ")].iloc[0]
+    c = data["llamacpp"]["gpu_op_us"]
     assert (share["kind"], share["source"]) == (f"{c['kind']} on {c['machine']}", c["source"])
     assert float(share["value"]) == pytest.approx(c["value"], rel=1e-3)
     assert set(rows["source"]) <= set(catalog.sources())

@@ -59,7 +59,8 @@ def _ops(table: tensor_groups.TensorTable, p: int) -> str:
 def positions(model: Model, fmt: WeightFormat) -> dict[str, Any]:
     """Return one format's tensors per position for the page (tensor_groups.tensor_table).
 
-    Each row: [other bytes, routed bytes, other parameters, routed parameters, ops]; positions
+    Each row: [other bytes, routed bytes, other parameters, routed parameters, ops, other
+    matmuls, routed matmuls] (the matmuls each add llama.cpp's fixed time per op); positions
     0..n_layers-1 the decoder layers, n_layers the output layer; ``embedding_bytes`` the input
     embeddings (position -1, in host memory); ``output``: the output layer holds the logits' matmul.
     """
@@ -71,7 +72,13 @@ def positions(model: Model, fmt: WeightFormat) -> dict[str, Any]:
         table.by_position(table.params, ~routed),
         table.by_position(table.params, routed),
     ]
-    rows = [[*(float(c[p]) for c in cols), _ops(table, p)] for p in range(table.n_positions)]
+    ops = llamacpp.matmul_ops(table)
+    other_ops = np.bincount(table.position[ops & ~routed], minlength=table.n_positions)
+    routed_ops = np.bincount(table.position[ops & routed], minlength=table.n_positions)
+    rows = [
+        [*(float(c[p]) for c in cols), _ops(table, p), int(other_ops[p]), int(routed_ops[p])]
+        for p in range(table.n_positions)
+    ]
     head = (table.position == model.n_layers) & (
         table.group == tensor_groups.GROUPS.index("output")
     )
@@ -147,7 +154,7 @@ def shared() -> dict[str, Any]:
         kernels[f] = {"bandwidth_share": k.bandwidth_share, "per_thread_bps": k.per_thread_bps}
     return {
         "engines": list(ENGINES),
-        "gpu_share": llamacpp.gpu_share_default(),
+        "gpu_op_s": llamacpp.gpu_op_s_default(),
         "split_sync_s": llamacpp.split_sync_s_default(),
         "activation_bytes": 4,  # llama.cpp's activations are f32 (llamacpp._step_parts_at)
         # attention.gpu_kv_rate and cpu_kv_rate: the block formats, their bytes per value, the

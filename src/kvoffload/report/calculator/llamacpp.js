@@ -154,7 +154,7 @@
       const touched = pos.rows.some((r) => r[1] > 0) ? M.touchedShare(nExp, k, batch) : 0;
       const token = model.kv_token_bytes[inp.kvFormat];
       const svb = data.state_value_bytes[inp.kvFormat];
-      const share = L.gpu_share;
+      const perOp = L.gpu_op_s;
       const sync = L.split_sync_s;
       const cpuRate = weightStreamRate(host, m.host_bandwidth, fmt, o.threads);
       const hostBw = hostStreamRate(host, m.host_bandwidth, o.threads || matmulThreads(host));
@@ -190,6 +190,8 @@
         const bytes = i === downs - 1 && pos.output && onGpu[n] ? batch * model.llamacpp.vocab * L.activation_bytes : act;
         link += bytes / rateDown + lat + sync;
       }
+      // each matmul on the GPU adds a fixed time (step._step_parts_at), a routed-expert stack one
+      const gpuOps = pos.rows.reduce((n, r, p) => n + (onGpu[p] ? r[5] : 0) + (expGpu[p] ? r[6] : 0), 0);
       const at = (s) => {
         let gpu = 0;
         let cpu = 0;
@@ -202,7 +204,7 @@
           gpu += Math.max(q.wGpu / m.gpu_bandwidth + (gpuKv * q.gAtt) / m.attention_bandwidth, (q.fGpu + af * q.gAtt) / m.gpu_flops);
           cpu += Math.max(q.wCpu / cpuRate + (cpuKv * (1 - q.gAtt)) / hostBw, (q.fCpu + af * (1 - q.gAtt)) / m.host_flops);
         }
-        gpu /= share;
+        gpu += gpuOps * perOp;
         return [gpu + cpu + link, gpu, cpu, link];
       };
       const mean = M.tokenMean(at, inp.prompt, inp.generate, lay.window);

@@ -17,9 +17,14 @@ where attention then runs on the CPU.
 Two engine constants, each derived from a published llama.cpp measurement on another machine than
 the ones the validation checks, apply to every scenario (both can be overridden in ``options``):
 
-- ``gpu_share``: the share of the GPU's streaming bandwidth that llama.cpp's decode kernels reach
-  at batch 1, launch gaps included. From PR #6766: LLaMA 2 7B Q4_0 text generation on an RTX 4090
-  at 138.31 tokens/s on master (before CUDA graphs), against that card's measured bandwidth.
+- ``gpu_op_us``: the fixed time each matmul on a GPU adds to a decode step (its kernel's launch
+  and tail, and those of the small ops around it; a routed-expert stack is one op), beside its
+  bytes at the card's streaming bandwidth: a cost per op, so it weighs most on a small model and
+  a fast card (llamafile PR #1051: without CUDA graphs "one
+  kernel launch per op per token instead of one graph launch per token, a fixed per-layer cost").
+  From PR #6766: LLaMA 2 7B Q4_0 text generation on an RTX 4090 at 146.81 tokens/s with CUDA
+  graphs (``gpu_op_us``) and 138.31 on master before them (``gpu_op_us_no_graphs``, the
+  ``cuda_graphs: false`` option).
 - ``split_sync_us``: what each hand-over between the CPU and CUDA backends costs (synchronise,
   copy, wake the CPU threads). From PR #7526: LLaMA 7B Q4_0 on an RTX 3060 Laptop GPU, 66.24
   tokens/s with the cache on the GPU and 45.91 with ``--no-kv-offload`` (threadpool build), whose
@@ -63,7 +68,7 @@ from kvoffload.engines.each.llamacpp.options import (
     Options,
     _parse_rule,
     constants,
-    gpu_share_default,
+    gpu_op_s_default,
     mmq_share_default,
     ser_experts,
     split_sync_s_default,
@@ -93,7 +98,13 @@ from kvoffload.engines.each.llamacpp.prefill import (
     prefill_rate,
     weights_pinned,
 )
-from kvoffload.engines.each.llamacpp.step import _constants, _hand_overs, _step_parts_at, step_parts
+from kvoffload.engines.each.llamacpp.step import (
+    _constants,
+    _hand_overs,
+    _step_parts_at,
+    matmul_ops,
+    step_parts,
+)
 
 __all__ = [
     "BLOCK_FORMATS",
@@ -114,12 +125,13 @@ __all__ = [
     "cpu_weight_rate",
     "gpu_bytes_each",
     "gpu_kv_rate",
-    "gpu_share_default",
+    "gpu_op_s_default",
     "gpu_split",
     "host_read_rate",
     "is_gguf_quant",
     "kv_dequant_gpu_default",
     "layers_per_gpu",
+    "matmul_ops",
     "mmq_share_default",
     "offloaded",
     "override_rules",

@@ -22,9 +22,11 @@ def constants() -> dict:
     return catalog.load("engine_constants")["llamacpp"]
 
 
-def gpu_share_default() -> float:
-    """Return the share of streaming bandwidth llama.cpp's decode kernels reach (PR #6766)."""
-    return float(constants()["gpu_share"]["value"])
+def gpu_op_s_default(cuda_graphs: bool = True) -> float:
+    """Return the fixed seconds each matmul on a GPU adds to a decode step, with or without CUDA
+    graphs (PR #6766)."""
+    key = "gpu_op_us" if cuda_graphs else "gpu_op_us_no_graphs"
+    return float(constants()[key]["value"]) * 1e-6
 
 
 def mmq_share_default() -> float:
@@ -69,8 +71,12 @@ class Options(Strict):
     threads: Annotated[int, Meta(ge=1, le=4096)] | None = None  # -t; default: host.threads
     numa: Literal["distribute", "isolate", "numactl"] | None = None  # --numa; default: no policy
     no_mmap: bool = False  # --no-mmap: weights copied into host buffers, so they must fit
-    # default: catalog/engine_constants.yaml
-    gpu_share: Annotated[float, Meta(gt=0, le=1)] | None = None
+    # the CUDA backend replays each token's kernels as one CUDA graph (GGML_CUDA_GRAPHS, on since
+    # PR #6766, April 2024; Volta and Turing since PR #25749): false for an older build, a card
+    # before Volta or GGML_CUDA_DISABLE_GRAPHS=1
+    cuda_graphs: bool = True
+    # fixed µs per matmul on a GPU and decode step (launches, tails); default: engine_constants.yaml
+    gpu_op_us: Annotated[float, Meta(ge=0, le=100_000)] | None = None
     split_sync_us: Annotated[float, Meta(ge=0, le=100_000)] | None = None  # default: PR #7526
     cache_ram: Annotated[int, Meta(ge=-1, le=1 << 32)] = 8192  # MiB; 0: off, -1: no limit
     n_ubatch: Annotated[int, Meta(ge=1, le=1 << 20)] = 512  # -ub: tokens per physical batch

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 
 from kvoffload.engines.each.llamacpp import attention, row_split
-from kvoffload.engines.each.llamacpp.options import gpu_share_default, split_sync_s_default
+from kvoffload.engines.each.llamacpp.options import gpu_op_s_default, split_sync_s_default
 from kvoffload.engines.each.llamacpp.placement import (
     _read_bytes,
     cpu_weight_rate,
@@ -24,10 +24,18 @@ from kvoffload.model.tensor_groups import TensorTable
 
 
 def _constants(sc: Scenario) -> tuple[float, float]:
+    """Return (seconds each matmul on a GPU adds to a step, seconds per CPU<->GPU hand-over)."""
     o = sc.options
-    share = o.gpu_share if o.gpu_share is not None else gpu_share_default()
+    op = o.gpu_op_us * 1e-6 if o.gpu_op_us is not None else gpu_op_s_default(o.cuda_graphs)
     sync = o.split_sync_us * 1e-6 if o.split_sync_us is not None else split_sync_s_default()
-    return share, sync
+    return op, sync
+
+
+def matmul_ops(table: TensorTable) -> np.ndarray:
+    """Return which tensors a decode step multiplies by, one op each: the 2-D matrices and each
+    routed-expert stack (one MUL_MAT_ID), in the layers and the output layer."""
+    stacks = table.routed & (table.rows > 1)
+    return (table.matrix | stacks) & (table.position >= 0)
 
 
 def _hand_overs(sc: Scenario, table: TensorTable, gpus: np.ndarray) -> tuple[int, int, int]:
@@ -98,7 +106,7 @@ def step_parts(sc: Scenario, context: np.ndarray, batch: float) -> dict[str, np.
 def _step_parts_at(sc: Scenario, batch: float) -> Callable[[np.ndarray], dict[str, np.ndarray]]:
     """Return step_parts over a context for one scenario and batch, the rest computed once."""
     system, model = sc.system, sc.model
-    share, sync = _constants(sc)
+    per_op, sync = _constants(sc)
     pinned = sc.pinned_or(True)  # the CUDA backend copies through pinned host buffers
     table, gpus = tensor_gpus(sc)
     on_gpu = gpus >= 0
@@ -153,6 +161,9 @@ def _step_parts_at(sc: Scenario, batch: float) -> Callable[[np.ndarray], dict[st
     # activations pass between them (transfer.peer_time: the link's peer figures where given)
     link = link + peers * float(transfer.peer_time(system, activations))
     link = link + row_split.exchange_s(sc, table, split, batch)
+    # each matmul on a GPU adds a fixed time (its launch and tail, and those of the small ops
+    # around it): a routed-expert stack is one op (MUL_MAT_ID)
+    gpu_ops = int(np.count_nonzero(matmul_ops(table) & on_gpu))
     mixed = _mixed_rates(sc, table, gpus, read, flops, split) if system.more_gpus else None
 
     def at(context: np.ndarray) -> dict[str, np.ndarray]:
@@ -172,7 +183,7 @@ def _step_parts_at(sc: Scenario, batch: float) -> Callable[[np.ndarray], dict[st
             per_position = np.maximum(
                 w_s + gpu_kv * gpu_att / att_pos, f_s + attn_flops * gpu_att / compute_pos
             )
-        gpu = per_position.sum(axis=-1) / share
+        gpu = per_position.sum(axis=-1) + gpu_ops * per_op
         cpu = np.maximum(
             w_cpu / cpu_rate_w + cpu_kv * (1 - gpu_att) / host_bw,
             (f_cpu + attn_flops * (1 - gpu_att)) / host_flops,
