@@ -267,23 +267,39 @@ def test_zero_host_cache_is_the_forks_buffer(model, heads, value_bytes):
     assert predict(on, check=False).settings["offloaded_kv_bytes"] == pytest.approx(buffer)
 
 
-def test_zero_kv_offload_timing_still_reads_the_expanded_heads():
-    # the fork's CPU attention expands grouped heads (repeat_kv) before its matmuls
-    sc = zero("llama-2-70b", True)
-    o = sc.options
+def _zero_cpu_setup(sc, passes: float) -> decode.Setup:
+    """Return ZeRO-Inference's KV-offload setup as written out by hand, with ``passes``."""
     placement = decode.Placement(
         weights=decode.Split(0, 1, 0),
         kv=decode.Split(0, 1, 0),
         attention="cpu",
         overlap="pipeline",
-        pinned=o.pinned,
+        pinned=sc.options.pinned,
     )
-    setup = decode.Setup(
-        sc.system, sc.model, sc.setup.weights, KvFormat.FP16, placement, sc.model.n_heads
+    m = sc.model
+    return decode.Setup(
+        sc.system, m, sc.setup.weights, KvFormat.FP16, placement, m.n_heads, cpu_kv_passes=passes
     )
+
+
+def test_zero_kv_offload_timing_still_reads_the_expanded_heads():
+    # the fork's CPU attention expands grouped heads (repeat_kv, a copy) before its matmuls
+    sc = zero("llama-2-70b", True)
+    m = sc.model
+    passes = 2 + m.n_kv_heads / m.n_heads  # read grouped, write expanded, the matmuls' read
     assert predict(sc, check=False).tpot_s == pytest.approx(
-        predict_setup(sc, setup).tpot_s, rel=1e-12
+        predict_setup(sc, _zero_cpu_setup(sc, passes)).tpot_s, rel=1e-12
     )
+
+
+@pytest.mark.parametrize(("model", "passes"), [("llama-2-70b", 2 + 8 / 64), ("opt-30b", 1.0)])
+def test_zero_cpu_attention_pays_for_the_forks_head_expansion(model, passes):
+    sc = zero(model, True)
+    assert zero_inference.cpu_kv_passes(sc) == passes
+    assert zero_inference.cpu_kv_passes(zero(model, False)) == passes  # the model's, asked alone
+    expanded = predict_setup(sc, _zero_cpu_setup(sc, passes)).streams_s["cpu"]
+    plain = predict_setup(sc, _zero_cpu_setup(sc, 1.0)).streams_s["cpu"]
+    assert expanded == pytest.approx(passes * plain, rel=1e-12) and plain > 0
 
 
 def test_zero_kv_offload_exists_only_for_the_forks_models(tmp_path):

@@ -400,7 +400,8 @@ def setup_data(setup: decode.Setup) -> dict[str, Any]:
     uniform routing and every KV head stored; a setup it cannot express is refused (ValueError).
     """
     p = setup.placement
-    if p.groups or setup.kv_heads_stored is not None or setup.routing != Routing():
+    plain = setup.kv_heads_stored is None and setup.cpu_kv_passes == 1.0
+    if p.groups or not plain or setup.routing != Routing():
         raise ValueError(
             "the browser's step model takes whole-model shares, uniform routing and every KV head"
         )

@@ -61,6 +61,23 @@ class Options(Strict):
 _FORK_KV = {"llama": "kv_heads", "opt": "heads", "bloom": "heads"}
 
 
+def cpu_kv_passes(sc: Scenario) -> float:
+    """Return how many times the fork's CPU attention touches each expanded cached value.
+
+    In the decode step, models/llama/modeling_llama.py (the fork above) takes the layer's host
+    buffer as a view and calls ``repeat_kv`` on it: ``expand`` then ``reshape``, which copies,
+    since an expanded dimension cannot be merged into a view, so each of K and V is read grouped
+    (1/n_rep of the expanded bytes) and written expanded (1) before the two matmuls read it (1).
+    A PyTorch CPU op is taken to cost by the bytes it touches, read or written: 2 + 1/n_rep
+    passes over the expanded cache against the matmuls' one. ``repeat_kv`` returns its input
+    when n_rep is 1, as do the OPT and BLOOM files (no grouped heads).
+    """
+    m = sc.model
+    if _FORK_KV.get(m.model_type) != "kv_heads" or m.n_kv_heads == m.n_heads:
+        return 1.0
+    return 2.0 + m.n_kv_heads / m.n_heads
+
+
 def offloaded_kv_bytes(sc: Scenario, batch: int) -> float:
     """Return the bytes of ZeRO-Inference's host KV buffers for ``batch`` prompts, as its
     transformers fork allocates them."""
@@ -96,7 +113,10 @@ def predict(sc: Scenario) -> Prediction:
     # the step's CPU attention reads the cache as the fork's attention uses it: repeat_kv expands
     # grouped heads to one per query head before the matmuls (its allocation is offloaded_kv_bytes)
     heads = sc.model.n_heads if kv_offload else None
-    setup = replace(sc.setup, weights=fmt, placement=placement, kv_heads_stored=heads)
+    passes = cpu_kv_passes(sc) if kv_offload else 1.0
+    setup = replace(
+        sc.setup, weights=fmt, placement=placement, kv_heads_stored=heads, cpu_kv_passes=passes
+    )
     n = sc.system.gpu.count
     pred = predict_setup(sc, setup) if n == 1 else _zero_ranks(sc, setup, n)
     mem = pred.memory

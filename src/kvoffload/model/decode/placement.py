@@ -101,6 +101,9 @@ class Setup:
     placement: Placement = field(default_factory=Placement)
     # KV heads the engine stores per layer, where it expands grouped heads (None: the model's own)
     kv_heads_stored: int | None = None
+    # how many times the engine's CPU attention touches each stored cached value in a step, a
+    # plain attention's read being 1 (ZeRO-Inference's fork expands grouped heads by a copy first)
+    cpu_kv_passes: float = 1.0
     routing: Routing = field(default_factory=Routing)  # MoE routing skew and expert streaming
 
     @property

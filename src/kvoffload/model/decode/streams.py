@@ -109,6 +109,8 @@ def _stream_times(
     if cpu_attends:
         host_bw = sysm.host.memory_bandwidth.value
         cpu = np.maximum(kv_layer * c.off / host_bw, attn_held * c.off / sysm.host.flops.value)
+        if setup.cpu_kv_passes != 1.0:
+            cpu = cpu * setup.cpu_kv_passes
     if p.groups:  # groups computed where they lie: CPU matmuls at the CPU's matvec rate
         rate = cpu_rate.weight_stream_rate(sysm.host, setup.weights)
         cpu = cpu + np.maximum(wt.cpu_bytes / rate, wt.cpu_flops / sysm.host.flops.value)
