@@ -107,8 +107,19 @@ class Misses:
     hf_opt_30b: float  # HF Accelerate, OPT-30B in host memory
     llamacpp: Span
     a6000: Span  # ZeRO-Inference's A6000 table (calibration since the host's CPU rate was chosen)
-    a6000_llama70_fast: Span  # its LLaMA-2-70B rows predicted over 1.5x too fast
+    a6000_llama70_kv: Span  # its LLaMA-2-70B rows with the cache in host memory
     flexgen_a6000: Span  # FlexGen's rows of the same table (checks)
+
+
+def _llama70_kv_rows(results: list[validation.Result]) -> list[str]:
+    """Return the ids of the A6000 table's LLaMA-2-70B rows with the cache in host memory."""
+    return [
+        r.row["id"]
+        for r in results
+        if r.row["table"] == A6000_TABLE
+        and r.row["model"] == "llama-2-70b"
+        and r.row["options"].get("kv_offload")
+    ]
 
 
 def misses(results: list[validation.Result]) -> Misses:
@@ -129,9 +140,7 @@ def misses(results: list[validation.Result]) -> Misses:
         hf_opt_30b=float(ratio.loc[HF_OPT_30B]),
         llamacpp=_span(frame.loc[frame["engine"] == "llamacpp", "ratio"]),
         a6000=_span(a6k["ratio"]),
-        a6000_llama70_fast=_span(
-            a6k.loc[(a6k["model"] == "llama-2-70b") & (a6k["ratio"] > 1.5), "ratio"]
-        ),
+        a6000_llama70_kv=_span(ratio.loc[_llama70_kv_rows(results)]),
         flexgen_a6000=_span(frame.loc[frame["table"] == FLEXGEN_A6000_TABLE, "ratio"]),
     )
 
@@ -199,3 +208,20 @@ def sweep_findings(results: list[validation.Result]) -> SweepFindings:
         pick_within_pct=100 * sweeps.PICK_WITHIN,
         picks_within=sum(s.pick_close for s in found),
     )
+
+
+def refusal_sentence(results: list[validation.Result]) -> str:
+    """Return the chapter's sentence on the refused rows: which, and why a truncated run may be."""
+    refused = [r for r in results if r.refusal is not None]
+    if not refused:
+        return "none: the model says every published configuration fits its testbed."
+    ids = ", ".join(r.row["id"] for r in refused)
+    truncated = [r.row["id"] for r in refused if r.row.get("truncated_run")]
+    why = (
+        f" The source ran {', '.join(truncated)} shortened (FlexGen's `--debug fewer_batch` times "
+        "a few layer steps of the first generated token and projects the rest), so it never "
+        "wrote most of the cache: the measurement does not show that the whole configuration fits."
+        if truncated
+        else ""
+    )
+    return f"{ids}, each with the tier it overflows in the table above.{why}"

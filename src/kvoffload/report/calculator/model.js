@@ -4,7 +4,7 @@
  *
  * KvoModel.create(data) takes the JSON studies/calculator_data.py exports and returns the model's
  * functions; each mirrors the Python function named beside it in src/kvoffload/model/ (decode.py,
- * kv.py, transfer.py, routing.py, capacity.py, prediction.py). tests/test_browser_calculator.py
+ * kv.py, transfer.py, routing.py, capacity.py, prediction.py). tests/book/test_browser_calculator.py
  * holds the calculator page and the widget to the package. No network: everything is in `data`.
  */
 (function () {
