@@ -189,3 +189,30 @@ def test_llamacpp_mmq_int8_share_is_re_derived_from_pr_7676():
     assert llamacpp.mmq_share_default() == entry["value"]
     # compute-bound: with the stored share the reference prefill comes back at the measured rate
     assert predict(sc, check=False).ttft_s == pytest.approx(seconds, rel=1e-6)
+
+
+def test_ktransformers_mla_decode_time_is_re_derived_from_issue_314():
+    entry = CONSTANTS["ktransformers"]["mla_decode_ns"]
+    src = entry["from"]
+    (c1, c2), (r1, r2) = src["context"], src["tokens_per_s"]
+    ns = (1 / r2 - 1 / r1) / ((c2 - c1) * src["attention_layers"]) * 1e9
+    assert entry["value"] == pytest.approx(ns, rel=1e-6)
+    model = parse_scenario(_kt(1000)).model
+    assert model.mla and src["attention_layers"] == model.n_layers == 61
+    # on the issue's box, the predicted token time grows by the measured 28.6 ms over those 9K
+    grow = predict(parse_scenario(_kt(c2)), check=False).tpot_s
+    grow -= predict(parse_scenario(_kt(c1)), check=False).tpot_s
+    assert grow == pytest.approx(1 / r2 - 1 / r1, rel=1e-6)
+
+
+def _kt(context: int) -> dict:
+    """Return issue #314's run: DeepSeek-R1 in 4 bits on an RTX 4090 with an EPYC 9654, one token."""
+    return {
+        "hardware": {"gpu": "rtx-4090", "link": "pcie4-x16", "host": "server-ddr5-12ch",
+                     "storage": "nvme-gen4"},
+        "model": "deepseek-v3",
+        "engine": "ktransformers",
+        "precision": {"weights": "q4_k_m", "kv": "fp16"},
+        "workload": {"batch": 1, "prompt": context, "generate": 1},
+        "options": {"cpu_infer": 84},
+    }  # fmt: skip

@@ -29,7 +29,9 @@ single-request engine, now under ``archive/ktransformers/``):
 Decode streams the touched experts at the CPU's matvec rate for their format (model/cpu_rate.py);
 prefill computes them at the host's FLOP rate, or at the AMX kernel's published rate
 (catalog/engine_constants.yaml, ``ktransformers``), never faster than the experts stream. The GPU
-part is the step model: its weights at the GPU's streaming bandwidth, attention over the KV cache.
+part is the step model: its weights at the GPU's streaming bandwidth, attention over the KV cache;
+for MLA, each cached token costs at least ``mla_decode_ns`` per layer and request, the decode
+kernel's time fitted on a published run (issue #314), far above its bytes or FLOPs at batch 1.
 """
 
 from __future__ import annotations
@@ -69,6 +71,11 @@ HIDDEN_BYTES = 2  # the pinned bf16 host buffer of the hidden state (KExpertsCPU
 def constants() -> dict:
     """Return KTransformers' engine constants with their sources (catalog/engine_constants.yaml)."""
     return catalog.load("engine_constants")["ktransformers"]
+
+
+def mla_decode_s() -> float:
+    """Return the seconds KTransformers' MLA decode spends per cached token, layer and request."""
+    return float(constants()["mla_decode_ns"]["value"]) * 1e-9
 
 
 class Options(Strict, frozen=True):
@@ -184,6 +191,8 @@ def predict(sc: Scenario) -> Prediction:
         kv.attention_layer_token_bytes(sc.setup.cache_model, sc.setup.kv)
     )
     attn_per_token = lay.attn_flops[pos_class]
+    # MLA: the decode kernel's own time per cached token, where it is above the cache's bytes
+    mla_s = np.where(lay.kv_per_token[pos_class] > 0, mla_decode_s(), 0.0) if model.mla else 0.0
     hidden = batch * model.hidden * HIDDEN_BYTES
     link = p["moe_layers"] * (
         hidden / system.copy_rate("h2d", pinned=True)
@@ -194,8 +203,9 @@ def predict(sc: Scenario) -> Prediction:
     def per_token(_point: np.ndarray, context: np.ndarray) -> np.ndarray:
         held = np.minimum(np.asarray(context, dtype=np.float64)[..., None], window)
         kv_bytes = batch * held * kvb
+        attend = np.maximum(kv_bytes / att_bw, batch * held * mla_s)
         gpu = np.maximum(
-            w_gpu / hbm + kv_bytes / att_bw,
+            w_gpu / hbm + attend,
             (f_gpu + batch * held * attn_per_token) / system.compute_rate,
         )
         # the shared experts run on the GPU while the CPU computes the routed ones
