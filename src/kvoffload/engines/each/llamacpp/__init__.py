@@ -20,9 +20,9 @@ the ones the validation checks, apply to every scenario (both can be overridden 
 - ``gpu_op_us``: the fixed time each matmul on a GPU adds to a decode step (its kernel's launch
   and tail, and those of the small ops around it; a routed-expert stack is one op), beside its
   bytes at the card's streaming bandwidth: a cost per op, so it weighs most on a small model and
-  a fast card (llamafile PR #1051: without CUDA graphs "one
-  kernel launch per op per token instead of one graph launch per token, a fixed per-layer cost").
-  From PR #6766: LLaMA 2 7B Q4_0 text generation on an RTX 4090 at 146.81 tokens/s with CUDA
+  a fast card. Without CUDA graphs every op is launched on its own each token, with them the
+  token's ops are replayed as one graph (mozilla-ai/llamafile PR #1051 measures the difference
+  on an L40S). From PR #6766: LLaMA 2 7B Q4_0 text generation on an RTX 4090 at 146.81 tokens/s with CUDA
   graphs (``gpu_op_us``) and 138.31 on master before them (``gpu_op_us_no_graphs``, the
   ``cuda_graphs: false`` option).
 - ``split_sync_us``: what each hand-over between the CPU and CUDA backends costs (synchronise,
