@@ -216,12 +216,11 @@ def refusal_sentence(results: list[validation.Result]) -> str:
     if not refused:
         return "none: the model says every published configuration fits its testbed."
     ids = ", ".join(r.row["id"] for r in refused)
-    truncated = [r.row["id"] for r in refused if r.row.get("truncated_run")]
-    why = (
-        f" The source ran {', '.join(truncated)} shortened (FlexGen's `--debug fewer_batch` times "
-        "a few layer steps of the first generated token and projects the rest), so it never "
-        "wrote most of the cache: the measurement does not show that the whole configuration fits."
-        if truncated
-        else ""
+    # a shortened run's reason as its row gives it (validation.yaml, truncated_run)
+    why = "".join(
+        f" {r.row['id']} was a shortened run ({r.row['truncated_run']}): the measurement does "
+        "not show that the whole configuration fits."
+        for r in refused
+        if r.row.get("truncated_run")
     )
     return f"{ids}, each with the tier it overflows in the table above.{why}"
