@@ -10,6 +10,7 @@ import pytest
 from kvoffload.engines.each import flexgen, infllm
 from kvoffload.engines.scenario import parse_scenario, predict
 from kvoffload.inputs.errors import InputError
+from kvoffload.inputs.precision import WeightFormat
 from kvoffload.model import decode
 from kvoffload.studies import validation
 
@@ -135,6 +136,23 @@ def test_zero_from_nvme_copies_through_pinned_swap_buffers():
         return predict(sc, check=False).tpot_s
 
     assert tpot(False) == tpot(True)
+
+
+def test_zero_streams_its_group_wise_int4_bytes_each_step():
+    # --quant_bits 4: the link carries what DeepSpeed stores (int4_g64), not the fp16 weights
+    def pred(quant):
+        opts = {"weights": "cpu", "pinned": True, "quantize_weights": quant}
+        sc = scenario(
+            "zero-inference", opts, hardware="a6000-lambda", model="opt-66b", weights="fp16"
+        )
+        return sc, predict(sc, check=False)
+
+    sc, q = pred(True)
+    _, full = pred(False)
+    int4 = decode.step_weight_bytes(sc.model, WeightFormat.INT4_G64)
+    fp16 = decode.step_weight_bytes(sc.model, WeightFormat.FP16)
+    assert q.streams_s["h2d"] / full.streams_s["h2d"] == pytest.approx(int4 / fp16, rel=0.01)
+    assert 0.28 < int4 / fp16 < 0.29  # 4.5 bits of 16
 
 
 def test_flexgen_search_prints_a_feasible_policy_for_opt_175b_on_the_t4():

@@ -13,7 +13,13 @@ from hypothesis import strategies as st
 from kvoffload.inputs import limits
 from kvoffload.inputs.errors import InputError
 from kvoffload.inputs.models import _gguf_type, from_hf_config, load_model, model_ids
-from kvoffload.inputs.precision import GGML_BLOCKS, KvFormat, WeightFormat, kv_vector_bytes
+from kvoffload.inputs.precision import (
+    GGML_BLOCKS,
+    KvFormat,
+    WeightFormat,
+    int4_g64_bytes,
+    kv_vector_bytes,
+)
 from kvoffload.model import kv
 
 EXPECTED_IDS = set(
@@ -127,6 +133,21 @@ def test_hf_int4_keeps_embeddings_and_lm_head_in_16_bit():
     linear = sum(t.params for t in m.tensors() if t.role.startswith(("attn_", "ffn_")))
     norms = sum(t.params for t in m.tensors() if t.layer is not None and t.vector)
     assert int(w4.per_layer.sum()) == pytest.approx(linear * 4.15625 / 8 + 2 * norms, rel=1e-6)
+
+
+def test_group_wise_int4_quantises_every_matrix_at_4_5_bits():
+    # DeepSpeed's and FlexGen's layout: 64 values in 32 bytes, an fp16 scale and minimum each
+    m = load_model("opt-66b")
+    w = m.weight_bytes(WeightFormat.INT4_G64)
+    bf = m.weight_bytes(WeightFormat.BF16)
+    # the token and the learned position embeddings (both nn.Embedding)
+    rows = m.vocab + m.learned_positions
+    assert w.embedding == rows * m.hidden * 4.5 / 8 < bf.embedding
+    matrices = sum(t.params for t in m.tensors() if t.layer is not None and not t.vector)
+    vectors = sum(t.params for t in m.tensors() if t.layer is not None and t.vector)
+    assert int(w.per_layer.sum()) == matrices * 4.5 / 8 + 2 * vectors
+    # a row that is not a whole number of groups still keeps a scale and minimum for its tail
+    assert int4_g64_bytes(3, 65) == 3 * (33 + 2 * 4)
 
 
 def test_gguf_tied_embedding_takes_the_output_type():

@@ -20,6 +20,9 @@ class WeightFormat(StrEnum):
     FP8 = "fp8"  # FP8 checkpoint: decoder linears in e4m3, per-channel scales
     INT8 = "int8"  # W8A8 checkpoint (SmoothQuant / llm-compressor): per-channel scales
     INT4 = "int4"  # AWQ / GPTQ, group size 128: fp16 scale + 4-bit zero per group
+    # DeepSpeed's and FlexGen's group-wise int4: every matrix (embeddings and the output layer
+    # too), groups of 64 along the input dimension, an fp16 scale and an fp16 minimum per group
+    INT4_G64 = "int4_g64"
     MXFP4 = "mxfp4"  # OCP MX: 32 E2M1 values + one E8M0 scale; gpt-oss puts only experts in it
     NVFP4 = "nvfp4"  # ModelOpt: 16 E2M1 values + one E4M3 scale, fp32 scales per tensor
     Q8_0 = "q8_0"  # GGUF
@@ -177,6 +180,21 @@ def fp4_bytes(rows: int, row_len: int, fmt: WeightFormat) -> int:
     """Return the bytes of a rows x row_len matrix in MXFP4 or NVFP4: values and block scales."""
     block, size = FP4_BLOCKS[fmt.value]
     return rows * math.ceil(row_len / block) * size
+
+
+def int4_g64_bytes(rows: int, row_len: int) -> int:
+    """Return the bytes of ``rows`` rows of ``row_len`` values in group-wise int4 (``int4_g64``).
+
+    Each group of 64 values along a row packs two 4-bit values a byte and keeps an fp16 scale and
+    an fp16 minimum (asymmetric): DeepSpeed's ``Quantizer`` (deepspeedai/DeepSpeed
+    deepspeed/inference/quantization/utils.py at v0.10.3, 04a6fedffd7672de8b2ca01644419631bd866746:
+    ``_quantize_int8`` per group, ``_compress_uint8_to_uint4``, scale and minimum ``.view`` as the
+    fp16 dtype) with ZeRO-Inference's ``group_size`` 64 on ``group_dim`` 1 (DeepSpeedExamples
+    inference/huggingface/zero_inference/utils.py ``get_quant_config`` at 83757d9c937d), and
+    FlexGen's ``CompressionConfig(num_bits=4, group_size=64, symmetric=False)``.
+    """
+    groups = -(-row_len // 64)
+    return rows * ((row_len + 1) // 2 + groups * 4)
 
 
 def use_more_bits(i_layer: int, n_layers: int) -> bool:

@@ -38,7 +38,7 @@ class Options(Strict):
 
     weights: Literal["gpu", "cpu", "disk"] = "cpu"
     kv_offload: bool = False
-    quantize_weights: bool = False  # 4-bit group-wise weights
+    quantize_weights: bool = False  # 4-bit group-wise weights (int4_g64)
     pinned_given: bool | UnsetType = PINNED
 
     @property
@@ -109,7 +109,10 @@ def predict(sc: Scenario) -> Prediction:
         # (AsyncPartitionedParameterSwapper pins them), so from disk its copies are pinned
         pinned=copies_pinned(sc, pinned_buffers=o.weights == "disk"),
     )
-    fmt = WeightFormat.INT4 if o.quantize_weights else sc.setup.weights
+    # run_model.py's --quant_bits 4: every nn.Linear and nn.Embedding weight quantised at load
+    # (quantized_initialization, group 64 on dim 1, asymmetric), copied over the link as stored
+    # and dequantised on the GPU before each matmul
+    fmt = WeightFormat.INT4_G64 if o.quantize_weights else sc.setup.weights
     # the step's CPU attention reads the cache as the fork's attention uses it: repeat_kv expands
     # grouped heads to one per query head before the matmuls (its allocation is offloaded_kv_bytes)
     heads = sc.model.n_heads if kv_offload else None
@@ -127,7 +130,7 @@ def predict(sc: Scenario) -> Prediction:
         mem = replace(mem, cpu=np.asarray(weights_cpu + host_kv))
     what = f"weights streamed from {o.weights}" if o.weights != "gpu" else "weights on the GPU"
     extras = (", KV in host memory with CPU attention" if kv_offload else "") + (
-        ", 4-bit weights" if fmt is WeightFormat.INT4 else ""
+        ", 4-bit weights" if fmt is WeightFormat.INT4_G64 else ""
     )
     ranks = (
         f"; {n} ranks of {sc.batch // n} prompts, ZeRO-3 all-gathers each layer" if n > 1 else ""

@@ -5,7 +5,13 @@ from __future__ import annotations
 from kvoffload.inputs.errors import InputError
 from kvoffload.inputs.models.architecture import Architecture, Tensor
 from kvoffload.inputs.models.gguf_mixes import BASE, mix_type
-from kvoffload.inputs.precision import WeightFormat, fp4_bytes, ggml_bytes, use_more_bits
+from kvoffload.inputs.precision import (
+    WeightFormat,
+    fp4_bytes,
+    ggml_bytes,
+    int4_g64_bytes,
+    use_more_bits,
+)
 
 _DECODER_LINEAR = (
     "attn_", "ffn_", "exp_", "shexp_", "ssm_",
@@ -45,6 +51,10 @@ def _tensor_bytes(m: Architecture, t: Tensor, fmt: WeightFormat) -> int:
             return 2 * t.params  # everything else stays bf16 in these checkpoints
         scalars = _NVFP4_TENSOR_SCALES if fmt is WeightFormat.NVFP4 else 0
         return t.count * (fp4_bytes(t.rows, t.cols, fmt) + scalars)
+    if fmt is WeightFormat.INT4_G64:
+        # every nn.Linear and nn.Embedding weight (DeepSpeed's WEIGHT_QUANTIZATION_LAYERS): the
+        # embeddings, the output layer and the router too; norms and biases stay 16-bit
+        return 2 * t.params if t.vector else t.count * int4_g64_bytes(t.rows, t.cols)
     linear = t.role.startswith(_DECODER_LINEAR) and not t.vector
     if not linear:
         return 2 * t.params  # embeddings, lm_head, norms, router stay 16-bit in HF checkpoints

@@ -12,13 +12,15 @@ from msgspec import UNSET, Meta, UnsetType
 from kvoffload.inputs import catalog
 from kvoffload.inputs.errors import FieldError
 from kvoffload.inputs.limits import MAX_BATCH
+from kvoffload.inputs.precision import int4_g64_bytes
 from kvoffload.inputs.text import Strict
 from kvoffload.model.prediction import Scenario
 
 # shares are compared with FlexGen's percentages; float noise must not move a tensor
 SHARE_EPS = 1e-9
 
-COMPRESSED = (4 + 2 * 16 / 64) / 16  # 4-bit values plus an fp16 scale and minimum per group of 64
+# bytes per fp16 byte: 4-bit values plus an fp16 scale and minimum per group of 64 (int4_g64)
+COMPRESSED = int4_g64_bytes(1, 64) / (2 * 64)
 # HBM bytes FlexGen's TorchCompressedDevice.decompress moves per fp16 byte it produces, counted op
 # by op from flexgen/compression.py for N values (packed N/2 bytes, output 2N bytes):
 #   packed >> 4 and packed & 0xF: read N/2, write N/2 each          -> 2N
