@@ -56,6 +56,16 @@ def peer_time(system: System, nbytes: ArrayLike, *, share: ArrayLike = 1.0) -> n
     return np.where(moved > 0, latency + moved / rate, 0.0)
 
 
+def all_reduce_time(system: System, nbytes: float, gpus: int) -> float:
+    """Return seconds for one ring all-reduce of ``nbytes`` over ``gpus`` GPUs on the link."""
+    return float(peer_time(system, nbytes, share=2 * (gpus - 1) / gpus))
+
+
+def gather_time(system: System, nbytes: float, gpus: int) -> float:
+    """Return seconds to gather ``nbytes`` split over ``gpus`` GPUs onto the first one."""
+    return float(peer_time(system, nbytes, share=(gpus - 1) / gpus))
+
+
 def nvme_bandwidth(
     storage: Storage, request_bytes: ArrayLike, queue_depth: ArrayLike = 1
 ) -> np.ndarray:

@@ -67,14 +67,13 @@ from kvoffload.engines import vllm_weight_offload as vllm_offload
 from kvoffload.engines.prefix_cache import BlockTokens
 from kvoffload.engines.spec import CacheRule, EngineSpec, PrefixCache
 from kvoffload.inputs.errors import InputError
-from kvoffload.inputs.hardware import System
 from kvoffload.inputs.limits import MAX_PARAMS
 from kvoffload.inputs.models import Model
 from kvoffload.inputs.precision import WeightFormat
 from kvoffload.inputs.text import Strict
 from kvoffload.model import decode, kv, reuse
 from kvoffload.model.prediction import Prediction, Scenario, predict_setup
-from kvoffload.model.transfer import link_time, peer_time
+from kvoffload.model.transfer import all_reduce_time, gather_time, link_time
 
 GiB = 2**30
 # the most GiB of host memory an option may give: the largest plausible model's weights at fp32
@@ -162,16 +161,6 @@ def kv_heads_per_gpu(model: Model, tp: int) -> int:
             field="hardware.gpu.count",
         )
     return max(n_kv // tp, 1)
-
-
-def _all_reduce_s(system: System, nbytes: float, tp: int) -> float:
-    """Return seconds for one ring all-reduce of ``nbytes`` over ``tp`` GPUs on the link."""
-    return float(peer_time(system, nbytes, share=2 * (tp - 1) / tp))
-
-
-def _gather_s(system: System, nbytes: float, tp: int) -> float:
-    """Return seconds to gather ``nbytes`` split over ``tp`` GPUs onto the first one."""
-    return float(peer_time(system, nbytes, share=(tp - 1) / tp))
 
 
 def _setup(sc: Scenario) -> tuple[decode.Setup, float, int]:
@@ -334,8 +323,8 @@ def _tensor_parallel(sc: Scenario, setup: decode.Setup, pred: Prediction, tp: in
     hidden = sc.batch * model.hidden * act
     comm = np.where(
         is_head,
-        _gather_s(system, sc.batch * model.vocab * act, tp),
-        2 * _all_reduce_s(system, hidden, tp),
+        gather_time(system, sc.batch * model.vocab * act, tp),
+        2 * all_reduce_time(system, hidden, tp),
     )
     link = h2d + comm
 
@@ -347,9 +336,9 @@ def _tensor_parallel(sc: Scenario, setup: decode.Setup, pred: Prediction, tp: in
     # the exact mean over every generated token: the GPU's roofline is convex and piecewise
     # linear in the context between the windows, the link time does not depend on it
     step, gpu_s = decode.token_mean(per_token, sc.prompt, sc.generate, lay.window)
-    comm_prefill = float(np.dot(lay.count, np.where(is_head, 0.0, 1.0))) * 2 * _all_reduce_s(
+    comm_prefill = float(np.dot(lay.count, np.where(is_head, 0.0, 1.0))) * 2 * all_reduce_time(
         system, hidden * sc.prompt, tp
-    ) + _gather_s(system, sc.batch * model.vocab * act, tp)
+    ) + gather_time(system, sc.batch * model.vocab * act, tp)
     streams = dict(pred.streams_s)
     streams["gpu"] = float(gpu_s)
     streams["h2d"] = float(link @ lay.count)
