@@ -68,8 +68,9 @@ def test_rtr_turns_mmap_off():
         ({"ser": "6,1", "fork": "llama.cpp"}, "ik_llama.cpp's option"),
         ({"rtr": True, "fork": "llama.cpp"}, "ik_llama.cpp's option"),
         ({"split_mode": "row"}, "ik_llama has no split mode 'row'"),
-        ({"split_mode": "graph"}, "not modelled for llama.cpp; use layer or none"),
-        ({"split_mode": "tensor", "fork": "llama.cpp"}, "use layer or row or none"),
+        ({"split_mode": "attn"}, "only the attention over the GPUs, which is not modelled"),
+        ({"split_mode": "tensor"}, "ik_llama has no split mode 'tensor'"),
+        ({"split_mode": "graph", "fork": "llama.cpp"}, "llama.cpp has no split mode 'graph'"),
         ({"split_mode": "attn", "fork": "llama.cpp"}, "llama.cpp has no split mode 'attn'"),
     ],
 )

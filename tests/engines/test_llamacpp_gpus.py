@@ -1,6 +1,8 @@
 """llama.cpp on several GPUs as load_tensors places them: ``tensor_split`` proportions, split mode
-``layer``, ``row`` (each matrix split by rows over the GPUs) or ``none`` with ``main_gpu``, ``-ot …=CUDAn`` naming a GPU; each GPU's bytes checked
-against its own memory, and a hand-over wherever the graph passes from one GPU to another."""
+``layer``, ``row`` (each matrix split by rows over the GPUs), ``tensor`` (every layer split over
+all GPUs, all-reduces between them) or ``none`` with ``main_gpu``, ``-ot …=CUDAn`` naming a GPU;
+each GPU's bytes checked against its own memory, and a hand-over wherever the graph passes from
+one GPU to another."""
 
 from __future__ import annotations
 
@@ -50,7 +52,7 @@ def test_without_a_split_alike_gpus_take_equal_runs():
 @given(
     split=st.lists(st.integers(0, 9), min_size=0, max_size=2),
     ngl=st.one_of(st.none(), st.integers(0, 33)),
-    mode=st.sampled_from(["layer", "none", "row"]),
+    mode=st.sampled_from(["layer", "none", "row", "tensor"]),
     main=st.integers(0, 1),
     moe=st.booleans(),
 )
@@ -189,3 +191,95 @@ def test_row_split_prefill_copies_every_ubatch_in_chunks_of_128_tokens():
     odd = parse_scenario({**_raw(split_mode="row"), "workload": {"batch": 1, "prompt": 600}})
     want = 4 * chunk + llamacpp.row_split.exchange_s(odd, table, split, 600 - 512)
     assert llamacpp.row_split.prefill_s(odd, table, split) == pytest.approx(want, rel=1e-12)
+
+
+# ------------------------------------------------------------------ --split-mode tensor ---
+
+
+def test_tensor_mode_splits_every_gpu_weight_and_the_kv_and_keeps_norms_on_every_gpu():
+    sc = parse_scenario(_raw("qwen3-30b-a3b", split_mode="tensor", tensor_split="3,1"))
+    table, gpus = llamacpp.tensor_gpus(sc)
+    split = llamacpp.split_tensors(sc, table, gpus)
+    stacks = table.routed & (table.rows > 1)
+    # every matrix and stack of experts on the GPUs, the output layer too; no norm, no bias
+    assert split[(table.matrix | stacks) & (gpus >= 0)].all()
+    assert not split[~(table.matrix | stacks)].any()
+    kv_layers = np.full(sc.model.n_layers, 1e6)
+    each = llamacpp.gpu_bytes_each(sc, table, gpus, kv_layers)
+    mirrored = float(table.nbytes[(gpus >= 0) & ~split].sum())
+    parts = float(table.nbytes[split].sum()) + float(kv_layers.sum())
+    assert each.tolist() == pytest.approx([mirrored + 0.75 * parts, mirrored + 0.25 * parts])
+    # without tensor_split the meta device splits evenly, whatever the GPUs' memory
+    even = parse_scenario(_raw(split_mode="tensor"))
+    assert llamacpp.row_shares(even).tolist() == [0.5, 0.5]
+
+
+def test_tensor_mode_step_is_the_larger_share_plus_two_all_reduces_a_layer():
+    """Against one GPU's step (-sm none), the tensor-parallel step reads half of every weight and
+    of the cache on each of two GPUs, runs every op on both, and adds one ring all-reduce of the
+    f32 activations after each attention and each FFN block, and the logits' gather."""
+    tensor = parse_scenario(_raw(split_mode="tensor"))
+    none = parse_scenario(_raw(split_mode="none"))
+    table, gpus = llamacpp.tensor_gpus(tensor)
+    split = llamacpp.split_tensors(tensor, table, gpus)
+    n_layers = tensor.model.n_layers
+    assert llamacpp.tensor_parallel.collectives(table, split) == 2 * n_layers
+    ctx = np.array([4096.0])
+    a = llamacpp.step_parts(tensor, ctx, 1.0)
+    b = llamacpp.step_parts(none, ctx, 1.0)
+    reduce_s = transfer.all_reduce_time(tensor.system, tensor.model.hidden * 4.0, 2)
+    gather_s = transfer.gather_time(tensor.system, tensor.model.vocab * 4.0, 2)
+    assert a["link"][0] - b["link"][0] == pytest.approx(2 * n_layers * reduce_s + gather_s)
+    ops = int(np.count_nonzero(llamacpp.matmul_ops(table) & (gpus >= 0)))
+    per_op = llamacpp.gpu_op_s_default()
+    # the GPU time: half of everything but the ops' fixed cost, which every GPU pays in full,
+    # and the norms and biases, which every GPU reads whole
+    whole = float(table.nbytes[(gpus >= 0) & ~split].sum()) / tensor.system.gpu.streaming_bandwidth
+    want = (b["gpu"][0] - ops * per_op) / 2 + whole / 2
+    assert a["gpu"][0] - ops * per_op == pytest.approx(want, rel=1e-9)
+
+
+def test_tensor_mode_all_reduces_only_after_blocks_on_the_gpus():
+    # routed experts on the CPU: the FFN's partial sums stay there, one all-reduce a layer
+    sc = parse_scenario(_raw("qwen3-30b-a3b", split_mode="tensor", cpu_moe=True))
+    table, gpus = llamacpp.tensor_gpus(sc)
+    split = llamacpp.split_tensors(sc, table, gpus)
+    assert llamacpp.tensor_parallel.collectives(table, split) == sc.model.n_layers
+    # one GPU: nothing to split, the same step as -sm layer
+    one = {"base": "a100-80gb-sxm-pcie4"}
+    solo = parse_scenario({**_raw(split_mode="tensor"), "hardware": one})
+    plain = parse_scenario({**_raw(), "hardware": one})
+    assert predict(solo, check=False).tpot_s == predict(plain, check=False).tpot_s
+
+
+@pytest.mark.parametrize(
+    ("model", "options", "kv", "field", "fragment"),
+    [
+        ("llama-3.1-8b", {"flash_attn": "off"}, "fp16", "options.flash_attn", "requires flash"),
+        ("llama-3.1-8b", {}, "q8_0", "precision.kv", "KV cache quantization not implemented"),
+        ("deepseek-v3", {}, "fp16", "options.split_mode", "not implemented for architecture"),
+        ("nemotron-h-56b", {}, "fp16", "options.split_mode", "not implemented for architecture"),
+        ("llama-3.1-8b", {"no_kv_offload": True}, "fp16", "options.no_kv_offload", "host"),
+    ],
+)
+def test_tensor_mode_refuses_what_llama_cpp_refuses(model, options, kv, field, fragment):
+    raw = _raw(model, split_mode="tensor", **options)
+    raw["precision"] = {"weights": "q4_k_m", "kv": kv}
+    with pytest.raises(InputError) as info:
+        predict(parse_scenario(raw), check=False)
+    text = str(info.value)
+    assert field in text and fragment in text and "\n" not in text
+
+
+def test_ik_graph_mode_is_tensor_parallel_with_its_own_limits():
+    # a quantised cache is fine under -sm graph (ik_llama.cpp #1177 runs -ctk q6_0)
+    raw = _raw(split_mode="graph", fork="ik_llama")
+    raw["precision"] = {"weights": "q4_k_m", "kv": "q8_0"}
+    graph = predict(parse_scenario(raw), check=False)
+    assert graph.to_json()["engine_settings"]["all_reduces_per_token"] > 0
+    # a MoE model with shared experts needs every layer on the GPUs (ik_llama.cpp #1835)
+    moe = _raw("glm-4.5-air", split_mode="graph", fork="ik_llama", n_gpu_layers=20)
+    with pytest.raises(InputError, match="shared experts"):
+        predict(parse_scenario(moe), check=False)
+    with pytest.raises(InputError, match="'attn'"):
+        parse_scenario(_raw(split_mode="attn", fork="ik_llama"))

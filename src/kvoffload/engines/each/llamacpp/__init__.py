@@ -49,11 +49,13 @@ peak (``prefill``).
 The package holds one job per module: ``options`` (the options and the engine constants),
 ``attention`` (the rates a KV cache is read at, by format and device), ``placement`` (where each
 tensor lives, the CPU side's rates), ``step`` (the decode step), ``prefill`` (ubatches, the
-op-offload threshold, MMQ) and ``engine`` (the prediction and the registry entry). Their names
-are re-exported here.
+op-offload threshold, MMQ), ``row_split`` (``-sm row``'s copies between GPUs),
+``tensor_parallel`` (``-sm tensor`` and ik_llama.cpp's ``-sm graph``: their refusals and
+all-reduces) and ``engine`` (the prediction and the registry entry). Their names are re-exported
+here.
 """
 
-from kvoffload.engines.each.llamacpp import row_split
+from kvoffload.engines.each.llamacpp import row_split, tensor_parallel
 from kvoffload.engines.each.llamacpp.attention import (
     BLOCK_FORMATS,
     cpu_kv_rate,
@@ -87,6 +89,7 @@ from kvoffload.engines.each.llamacpp.placement import (
     row_shares,
     split_points,
     split_rows,
+    split_tensors,
     tensor_devices,
     tensor_gpus,
     tensor_groups_summary,
@@ -145,9 +148,11 @@ __all__ = [
     "split_points",
     "split_rows",
     "split_sync_s_default",
+    "split_tensors",
     "step_parts",
     "tensor_devices",
     "tensor_gpus",
     "tensor_groups_summary",
+    "tensor_parallel",
     "weights_pinned",
 ]

@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from kvoffload.engines.each.llamacpp import attention, prefill, row_split
+from kvoffload.engines.each.llamacpp import attention, prefill, row_split, tensor_parallel
 from kvoffload.engines.each.llamacpp.options import Options, ser_experts
 from kvoffload.engines.each.llamacpp.placement import (
     _read_bytes,
@@ -15,10 +15,11 @@ from kvoffload.engines.each.llamacpp.placement import (
     override_rules,
     paged_bytes,
     placement,
-    split_rows,
+    split_tensors,
     tensor_gpus,
     tensor_groups_summary,
 )
+from kvoffload.engines.each.llamacpp.placement import tensor_parallel as is_tensor_parallel
 from kvoffload.engines.each.llamacpp.step import _step_parts_at
 from kvoffload.engines.llamacpp_prompt_cache import cache_rule
 from kvoffload.engines.spec import EngineSpec, PrefixCache
@@ -85,6 +86,8 @@ def _held(sc: Scenario) -> _Held:
     each = (
         tuple(gpu_bytes_each(sc, table, gpus, kv_layers).tolist()) if sc.system.n_gpus > 1 else ()
     )
+    if each and is_tensor_parallel(sc):  # the weights every GPU keeps whole count once each
+        w_gpu = float(sum(each)) - kv_gpu
     paged = paged_bytes(sc, w_cpu, kv_cpu)
     return _Held(table, gpus, on_gpu, w_gpu, w_cpu, kv_gpu, kv_cpu, paged, each)
 
@@ -92,6 +95,8 @@ def _held(sc: Scenario) -> _Held:
 def memory(sc: Scenario) -> decode.Memory:
     """Return the scenario's memory without its timing (what a search for a fit asks)."""
     attention.flash_attention(sc)  # a quantised V cache without it is refused here too
+    if is_tensor_parallel(sc):
+        tensor_parallel.check(sc)
     return _held(_as_run(sc)).memory
 
 
@@ -99,6 +104,8 @@ def predict(sc: Scenario) -> Prediction:
     """Return llama.cpp's time per token, prefill and memory for the scenario."""
     given, sc = sc, _as_run(sc)
     system, model, o = sc.system, sc.model, sc.options
+    if is_tensor_parallel(sc):
+        tensor_parallel.check(sc)
     parts_at = _step_parts_at(sc, sc.batch)
 
     def per_token(_point: np.ndarray, context: np.ndarray) -> np.ndarray:
@@ -114,10 +121,13 @@ def predict(sc: Scenario) -> Prediction:
     held = _held(sc)
     table, on_gpu, w_cpu = held.table, held.on_gpu, held.w_cpu
     w_gpu, kv_gpu, kv_cpu, paged = held.w_gpu, held.kv_gpu, held.kv_cpu, held.paged
-    split = split_rows(sc, table, held.gpus)  # --split-mode row's matrices (none otherwise)
+    split = split_tensors(sc, table, held.gpus)  # row split or tensor parallel (none otherwise)
     ttft = prefill.ttft(sc, table, on_gpu, split)  # ubatches; ops on host weights where they run
     # --split-mode row: every ubatch's chunks pass each split matrix's input and output between GPUs
     ttft += row_split.prefill_s(sc, table, split)
+    ttft += tensor_parallel.prefill_s(
+        sc, table, split
+    )  # tensor parallel: each ubatch's all-reduces
     ttft += attention.prefill_score_s(sc)  # without flash attention, the scores' passes
     if paged:  # mmap: weights past host capacity stay file pages, read back from disk every step
         step_read = float(_read_bytes(sc, table, sc.batch)[~on_gpu].sum()) / w_cpu
@@ -145,7 +155,17 @@ def predict(sc: Scenario) -> Prediction:
     kv_where = (
         "all KV in host memory (attention on the CPU)"
         if o.no_kv_offload
+        else "each layer's KV split over the GPUs by heads"
+        if split.any() and is_tensor_parallel(sc)
         else "each layer's KV with its layer"
+    )
+    tp = (
+        [
+            f"-sm {o.split_mode}: every GPU layer split over {system.n_gpus} GPUs, "
+            f"{tensor_parallel.collectives(table, split)} all-reduces a token"
+        ]
+        if split.any() and is_tensor_parallel(sc)
+        else []
     )
     return Prediction(
         scenario=given,
@@ -177,6 +197,9 @@ def predict(sc: Scenario) -> Prediction:
             "n_cpu_moe": o.n_cpu_moe,
             "layers_per_gpu": layers_per_gpu(sc),  # the output layer counts, as in -ngl
             "split_mode": o.split_mode,
+            "all_reduces_per_token": tensor_parallel.collectives(table, split)
+            if is_tensor_parallel(sc)
+            else 0,
             "experts_per_token": model.moe.experts_per_token if model.moe else None,
             "tensor_split": list(o.tensor_split),
             "gpu_bytes_each": list(held.gpu_each),
@@ -191,7 +214,7 @@ def predict(sc: Scenario) -> Prediction:
             },
         },
         cpu_work=(o.no_kv_offload and kv_cpu > 0, bool((~on_gpu & (table.position >= 0)).any())),
-        policy="; ".join([f"-ngl {ngl}: {where}", *moved, kv_where, *_paging(paged)]),
+        policy="; ".join([f"-ngl {ngl}: {where}", *moved, *tp, kv_where, *_paging(paged)]),
     )
 
 

@@ -96,7 +96,9 @@ class Options(Strict):
     # or none given: by free memory, i.e. equal shares on the profile's alike GPUs
     tensor_split: tuple[Proportion, ...] | str = ()
     # -sm: layers split over the GPUs (layer); row, the same layers with each matrix also split
-    # by rows over every GPU (placement.split_rows); or all on main_gpu (none)
+    # by rows over every GPU (placement.split_rows); all on main_gpu (none); or every layer's
+    # weights and KV split over all GPUs with all-reduces between them: llama.cpp's tensor,
+    # ik_llama.cpp's graph (tensor_parallel.py)
     split_mode: Literal["layer", "row", "none", "tensor", "attn", "graph"] = "layer"
     main_gpu: Annotated[int, Meta(ge=0, lt=MAX_DEVICES)] = 0  # -mg: the GPU split_mode none uses
     # -fa: flash attention; auto (llama.cpp's default) is on wherever the CUDA backend has its
@@ -173,12 +175,13 @@ class Options(Strict):
 
 
 def _check_split_mode(mode: str, fork: str) -> None:
-    """Refuse a split mode the fork does not have, and the tensor-parallel ones not modelled.
+    """Refuse a split mode the fork does not have, and ik_llama.cpp's ``attn`` (not modelled).
 
     llama.cpp's ``-sm`` takes none, layer, row and tensor (common/arg.cpp; ``tensor`` a Meta
     device over the GPUs, src/llama.cpp at 01649e61c782d88825d9f5affb6acbad0f57fb9b);
     ik_llama.cpp's none, layer, attn and graph (common/common.cpp at
-    8337e4cd3861406fc04e0854b1409cd1b027fbc9), no row.
+    8337e4cd3861406fc04e0854b1409cd1b027fbc9), no row. ``tensor`` and ``graph`` are modelled
+    as tensor parallelism (``tensor_parallel.py``, which also refuses what they refuse).
     """
     own = {
         "llama.cpp": ("layer", "row", "none", "tensor"),
@@ -188,12 +191,11 @@ def _check_split_mode(mode: str, fork: str) -> None:
         raise FieldError(
             "split_mode", f"{fork} has no split mode {mode!r} (it takes {', '.join(own[fork])})"
         )
-    if mode in ("tensor", "attn", "graph"):
+    if mode == "attn":
         raise FieldError(
             "split_mode",
-            f"{mode!r} splits each layer's work over the GPUs (tensor parallelism), which is not "
-            "modelled for llama.cpp; use "
-            + " or ".join(m for m in own[fork] if m in ("layer", "row", "none")),
+            "ik_llama.cpp's 'attn' splits only the attention over the GPUs, which is not "
+            "modelled; use graph, layer or none",
         )
 
 

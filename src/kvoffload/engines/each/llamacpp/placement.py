@@ -29,12 +29,21 @@ def placement(sc: Scenario) -> tuple[int, np.ndarray]:
     return ngl, np.arange(n + 1) >= i_gpu_start
 
 
+def tensor_parallel(sc: Scenario) -> bool:
+    """Return whether every GPU layer's work is split over the GPUs (tensor parallelism):
+    llama.cpp's ``-sm tensor`` (a meta device over the GPUs, ggml-org/llama.cpp #19378) or
+    ik_llama.cpp's ``-sm graph``."""
+    return sc.options.split_mode in ("tensor", "graph")
+
+
 def split_points(sc: Scenario) -> np.ndarray:
     """Return the cumulative split points over the GPUs, from ``tensor_split`` or free memory.
 
     ``tensor_split`` all zero (or not given): each device's free memory, equal on a profile's
-    alike GPUs and, on mixed ones, each GPU's memory (what is free before the model loads);
-    else its proportions, missing ones zero. Summed and normalised
+    alike GPUs and, on mixed ones, each GPU's memory (what is free before the model loads), or
+    under tensor parallelism equal shares ("``tensor`` splits tensor segments evenly",
+    docs/multi-gpu.md at 5815cb840bfe5be1895c6ca6afcf9ce05d8b486f); else its proportions,
+    missing ones zero. Summed and normalised
     (ggml-org/llama.cpp src/llama-model.cpp ``load_tensors`` at
     a5410f046c01d01330c8a42f13b64a211fedf2c3, "calculate the split points").
     """
@@ -44,6 +53,8 @@ def split_points(sc: Scenario) -> np.ndarray:
     given[: len(ts)] = ts
     if given.any():
         shares = given
+    elif tensor_parallel(sc):  # -sm tensor splits each tensor evenly unless -ts says otherwise
+        shares = np.ones(count)
     elif sc.system.more_gpus:  # GPUs of different models: each one's memory stands for its free
         shares = np.array([g.memory.value for g in sc.system.devices])
     else:
@@ -60,7 +71,8 @@ def gpu_split(sc: Scenario) -> np.ndarray:
     split (under ``row`` its matrices are then split over every GPU: ``split_rows``);
     ``--split-mode none``: every GPU layer on ``main_gpu``, the one mode that drops the other
     devices (``llama_prepare_model_devices``, src/llama.cpp at
-    01649e61c782d88825d9f5affb6acbad0f57fb9b).
+    01649e61c782d88825d9f5affb6acbad0f57fb9b); tensor parallelism: every GPU layer on all GPUs
+    at once, GPU 0 standing for the group (``split_tensors`` says what each holds).
     """
     o, count = sc.options, sc.system.n_gpus
     if o.main_gpu >= count:
@@ -76,6 +88,8 @@ def gpu_split(sc: Scenario) -> np.ndarray:
     ngl, on_gpu = placement(sc)
     if sc.options.split_mode == "none":
         return np.where(on_gpu, sc.options.main_gpu, -1)
+    if tensor_parallel(sc):  # every GPU layer on the meta device: GPU 0 stands for all of them
+        return np.where(on_gpu, 0, -1)
     act = min(ngl, sc.model.n_layers + 1)
     start = int(np.argmax(on_gpu)) if on_gpu.any() else len(on_gpu)
     pos = (np.arange(len(on_gpu)) - start) / max(act, 1)
@@ -87,6 +101,8 @@ def gpu_split(sc: Scenario) -> np.ndarray:
 def layers_per_gpu(sc: Scenario) -> list[int]:
     """Return how many layer positions (the output layer counts) each GPU holds."""
     split = gpu_split(sc)
+    if tensor_parallel(sc):  # each GPU holds its share of every GPU layer
+        return [int(np.count_nonzero(split >= 0))] * sc.system.n_gpus
     return np.bincount(split[split >= 0], minlength=sc.system.n_gpus).tolist()
 
 
@@ -169,18 +185,48 @@ def split_rows(sc: Scenario, table: TensorTable, gpus: np.ndarray) -> np.ndarray
     return (gpus >= 0) & table.matrix & ~forced & own & (table.position >= 0)
 
 
+def split_tensors(sc: Scenario, table: TensorTable, gpus: np.ndarray) -> np.ndarray:
+    """Return, per tensor, whether its weights are split over the GPUs: ``split_rows`` under
+    ``row``; under tensor parallelism every GPU-resident matrix and stack of experts.
+
+    ``-sm tensor`` puts each GPU layer on a meta device that splits every weight over the GPUs
+    in proportion to ``split_points`` (the query, key, value, gate and up projections by their
+    output rows, the attention output and down projections by their input, so that each ends in
+    a partial sum; a MoE layer's experts along their FFN width) and keeps the norms and biases
+    whole on every GPU (``GGML_BACKEND_SPLIT_AXIS_MIRRORED``; docs/multi-gpu.md and the meta
+    backend, ggml-org/llama.cpp #19378). A weight an override placed keeps that buffer.
+    """
+    if sc.options.split_mode == "row":
+        return split_rows(sc, table, gpus)
+    shares = row_shares(sc)
+    if not tensor_parallel(sc) or np.count_nonzero(shares > 0) < 2:
+        return np.zeros(len(gpus), dtype=bool)
+    forced = tensor_groups.match_overrides(table, override_rules(sc.options)) != ""
+    stacks = table.routed & (table.rows > 1)
+    return (gpus >= 0) & (table.matrix | stacks) & ~forced & (table.position >= 0)
+
+
 def gpu_bytes_each(
     sc: Scenario, table: TensorTable, gpus: np.ndarray, kv_layers: np.ndarray
 ) -> np.ndarray:
     """Return the bytes each GPU holds: its tensors' weights (``tensor_gpus``' answer; its share
-    of each row-split matrix) and the KV of the layers it runs."""
+    of each split matrix) and the KV of the layers it runs; under tensor parallelism its share
+    of every split weight and of the KV (split by heads), and every other GPU tensor whole."""
     count = sc.system.n_gpus
-    split = split_rows(sc, table, gpus)
+    split = split_tensors(sc, table, gpus)
     whole = (gpus >= 0) & ~split
-    weights = np.bincount(gpus[whole], weights=table.nbytes[whole], minlength=count)
-    weights = weights + float(table.nbytes[split].sum()) * row_shares(sc)
+    shares = row_shares(sc)
     layer_gpu = gpu_split(sc)[:-1]
     kv_here = (layer_gpu >= 0) & (not sc.options.no_kv_offload)
+    if split.any() and tensor_parallel(sc):  # the rest whole on every GPU, the KV by its heads
+        forced = tensor_groups.match_overrides(table, override_rules(sc.options)) != ""
+        own = whole & forced  # a weight an override sent to one GPU stays there
+        placed = np.bincount(gpus[own], weights=table.nbytes[own], minlength=count)
+        mirrored = float(table.nbytes[whole & ~forced].sum())
+        kv_split = float(kv_layers[kv_here].sum())
+        return placed + mirrored + (float(table.nbytes[split].sum()) + kv_split) * shares
+    weights = np.bincount(gpus[whole], weights=table.nbytes[whole], minlength=count)
+    weights = weights + float(table.nbytes[split].sum()) * shares
     kv = np.bincount(layer_gpu[kv_here], weights=kv_layers[kv_here], minlength=count)
     return weights + kv
 

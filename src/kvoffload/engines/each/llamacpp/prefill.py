@@ -65,14 +65,18 @@ def prefill_rate(sc: Scenario) -> float:
 
 
 def _row_split_rate(sc: Scenario, table: TensorTable, split: np.ndarray, rate: float) -> float:
-    """Return the prefill's FLOP/s with ``--split-mode row``: the split matrices' FLOPs (``split``)
-    run on every GPU at once, each its share of the rows (the slowest share last), the rest at
-    ``rate``."""
+    """Return the prefill's FLOP/s with split weights: under ``--split-mode row`` the split
+    matrices' FLOPs (``split``) run on every GPU at once, each its share of the rows (the slowest
+    share last), the rest at ``rate``; under tensor parallelism all of it, the attention (split
+    by heads) included."""
     if not split.any():
         return rate
     fmt = sc.setup.weights
     total = float(decode.prefill_flops(sc.model, sc.prompt, sc.batch))
-    mine = 2.0 * sc.prompt * sc.batch * float(table.params[split].sum())
+    if sc.options.split_mode == "row":
+        mine = 2.0 * sc.prompt * sc.batch * float(table.params[split].sum())
+    else:
+        mine = total
     rates = np.array([_gpu_prefill_rate(g, fmt) for g in sc.system.devices])
     seconds = (total - mine) / rate + mine * float(np.max(row_shares(sc) / rates))
     return total / seconds

@@ -27,7 +27,7 @@ SRC1_COL_STRIDE = 128  # ggml-cuda.cu MUL_MAT_SRC1_COL_STRIDE: tokens per chunk 
 def exchange_s(sc: Scenario, table: TensorTable, split: np.ndarray, tokens: float) -> float:
     """Return the seconds one pass of ``tokens`` (at most one chunk) spends copying between GPUs
     around the split matrices ``split``."""
-    if not split.any():
+    if not split.any() or sc.options.split_mode != "row":
         return 0.0
     per_value = 36 / 32 if is_gguf_quant(sc.setup.weights) else 4.0
     largest = float(np.max(row_shares(sc)))
@@ -40,7 +40,7 @@ def exchange_s(sc: Scenario, table: TensorTable, split: np.ndarray, tokens: floa
 def prefill_s(sc: Scenario, table: TensorTable, split: np.ndarray) -> float:
     """Return the seconds the prompt's ubatches spend copying between GPUs: each ubatch in
     chunks of 128 tokens, each chunk through every split matrix."""
-    if not split.any():
+    if not split.any() or sc.options.split_mode != "row":
         return 0.0
 
     def ubatch_s(tokens: int) -> float:

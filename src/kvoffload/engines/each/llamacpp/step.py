@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from kvoffload.engines.each.llamacpp import attention, row_split
+from kvoffload.engines.each.llamacpp import attention, row_split, tensor_parallel
 from kvoffload.engines.each.llamacpp.options import gpu_op_s_default, split_sync_s_default
 from kvoffload.engines.each.llamacpp.placement import (
     _read_bytes,
@@ -15,9 +15,10 @@ from kvoffload.engines.each.llamacpp.placement import (
     host_read_rate,
     placement,
     row_shares,
-    split_rows,
+    split_tensors,
     tensor_gpus,
 )
+from kvoffload.engines.each.llamacpp.placement import tensor_parallel as is_tensor_parallel
 from kvoffload.model import decode, kv, tensor_groups, transfer
 from kvoffload.model.prediction import Scenario
 from kvoffload.model.tensor_groups import TensorTable
@@ -95,6 +96,10 @@ def _mixed_rates(
     w_s = table.by_position(read * per_byte, on_gpu)
     f_s = table.by_position(flops * per_flop, on_gpu)
     layer = np.maximum(gpu_split(sc), 0)  # a position on the CPU attends there: any rate serves
+    if split.any() and is_tensor_parallel(sc):  # each GPU attends over its heads: the slowest
+        slowest = np.ones(len(layer))
+        attend_tp = slowest / float(np.max(shares / attend))
+        return w_s, f_s, attend_tp, slowest / float(np.max(shares / compute))
     return w_s, f_s, attend[layer], compute[layer]
 
 
@@ -114,10 +119,13 @@ def _step_parts_at(sc: Scenario, batch: float) -> Callable[[np.ndarray], dict[st
     k, n = lay.expert_use
     read = _read_bytes(sc, table, batch)  # bytes a step reads per tensor
     flops = 2 * batch * table.params * np.where(table.routed, k / n, 1.0)
-    # a row-split matrix is read and multiplied on every GPU at once, each its share of the rows:
-    # alike GPUs take as long as the largest share
-    split = split_rows(sc, table, gpus)
-    parallel = np.where(split, float(np.max(row_shares(sc))), 1.0)
+    # a split matrix (row split, tensor parallelism) is read and multiplied on every GPU at once,
+    # each its share: alike GPUs take as long as the largest share
+    split = split_tensors(sc, table, gpus)
+    largest = float(np.max(row_shares(sc)))
+    parallel = np.where(split, largest, 1.0)
+    # tensor parallelism splits each GPU layer's attention by heads, its cache with them
+    heads = largest if split.any() and is_tensor_parallel(sc) else 1.0
     w_gpu = table.by_position(read * parallel, on_gpu)
     w_cpu = table.by_position(read, ~on_gpu)
     f_gpu = table.by_position(flops * parallel, on_gpu)
@@ -161,6 +169,7 @@ def _step_parts_at(sc: Scenario, batch: float) -> Callable[[np.ndarray], dict[st
     # activations pass between them (transfer.peer_time: the link's peer figures where given)
     link = link + peers * float(transfer.peer_time(system, activations))
     link = link + row_split.exchange_s(sc, table, split, batch)
+    link = link + tensor_parallel.exchange_s(sc, table, split, batch)
     # each matmul on a GPU adds a fixed time (its launch and tail, and those of the small ops
     # around it): a routed-expert stack is one op (MUL_MAT_ID)
     gpu_ops = int(np.count_nonzero(matmul_ops(table) & on_gpu))
@@ -175,8 +184,8 @@ def _step_parts_at(sc: Scenario, batch: float) -> Callable[[np.ndarray], dict[st
         attn_flops = batch * held * attn_per_token
         if mixed is None:
             per_position = np.maximum(
-                w_gpu / hbm + gpu_kv * gpu_att / att_bw,
-                (f_gpu + attn_flops * gpu_att) / system.compute_rate,
+                w_gpu / hbm + gpu_kv * gpu_att * heads / att_bw,
+                (f_gpu + attn_flops * gpu_att * heads) / system.compute_rate,
             )
         else:  # each tensor at its own GPU's rates, attention at its layer's GPU's
             w_s, f_s, att_pos, compute_pos = mixed
