@@ -57,10 +57,16 @@ def scenario_of(row: dict, hardware: dict[str, Any] | None = None) -> dict:
     """Return the scenario mapping that reproduces a measured configuration.
 
     ``hardware`` may replace a testbed's catalog id by another profile (an id or a mapping).
-    A row's ``reuse`` (the README's ``reuse:``, a prefix already cached) is passed on as written.
+    A row's ``gpus`` runs its catalog system with that many of the system's GPU (a multi-GPU box
+    built from a catalog profile, which stays a one-GPU book profile). A row's ``reuse`` (the
+    README's ``reuse:``, a prefix already cached) is passed on as written.
     """
+    system = (hardware or {}).get(row["system"], row["system"])
+    if "gpus" in row and system == row["system"]:
+        gpu = catalog.systems()[system]["gpu"]
+        system = {"base": system, "gpu": {"base": gpu, "count": row["gpus"]}}
     scenario = {
-        "hardware": (hardware or {}).get(row["system"], row["system"]),
+        "hardware": system,
         "model": row["model"],
         "engine": row["engine"],
         "precision": {"weights": row["precision"], "kv": "fp16"},
