@@ -39,8 +39,28 @@ def reference(src: dict, options: dict) -> dict:
     }
 
 
-@pytest.mark.parametrize("key", ["gpu_op_us", "gpu_op_us_no_graphs"])
-def test_llamacpp_gpu_op_time_is_re_derived_from_pr_6766(key):
+def test_llamacpp_gpu_op_time_with_graphs_is_re_derived_from_pr_24216():
+    """llama-bench pp512 at microbatch 1: one-token graphs over a cache of 0 to 511 tokens, the
+    output layer skipped (only the last token's logits are asked for)."""
+    entry = CONSTANTS["llamacpp"]["gpu_op_us"]
+    src = entry["from"]
+    assert src["cuda_graphs"] and src["prompt"] == 512 and src["tokens_per_s"] == 371.74
+    sc = parse_scenario(reference(src, {"gpu_op_us": 0.0}), name="llama.cpp PR #24216 reference")
+    parts = llamacpp.step_parts(sc, np.arange(float(src["prompt"])), 1)  # each ubatch's cache
+    free = float(np.mean(parts["gpu"] + parts["cpu"] + parts["link"]))
+    table, _ = llamacpp.tensor_gpus(sc)
+    output = table.position == sc.model.n_layers  # the tied embedding read as the output layer
+    skipped = float(table.nbytes[output].sum()) / sc.system.gpu.streaming_bandwidth
+    skipped += sc.model.vocab * 4 / sc.system.copy_rate("d2h", pinned=True)  # no logits back
+    matmuls = 7 * sc.model.n_layers  # q, k, v, o, gate, up, down in each of the 16 layers
+    op_us = (1 / src["tokens_per_s"] - (free - skipped)) / matmuls * 1e6
+    assert entry["value"] == pytest.approx(op_us, rel=1e-5)
+    assert 0 < op_us < 100
+    assert llamacpp.gpu_op_s_default(True) == pytest.approx(entry["value"] * 1e-6, rel=1e-15)
+
+
+def test_llamacpp_gpu_op_time_without_graphs_is_re_derived_from_pr_6766():
+    key = "gpu_op_us_no_graphs"
     entry = CONSTANTS["llamacpp"][key]
     src = entry["from"]
     graphs = src["cuda_graphs"]
@@ -61,7 +81,7 @@ def test_llamacpp_gpu_op_time_is_re_derived_from_pr_6766(key):
 
 
 def test_cuda_graphs_take_less_per_op_and_matter_more_on_a_small_model():
-    src = CONSTANTS["llamacpp"]["gpu_op_us"]["from"]
+    src = CONSTANTS["llamacpp"]["gpu_op_us_no_graphs"]["from"]  # LLaMA 2 7B on an RTX 4090
     on, off = (
         predict(parse_scenario(reference(src, {"cuda_graphs": g}), name="x"), check=False).tpot_s
         for g in (True, False)

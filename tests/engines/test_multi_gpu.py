@@ -102,7 +102,8 @@ def test_vllm_tensor_parallel_does_half_of_each_layer_plus_two_all_reduces_per_l
     _, p1, sc2, p2 = both("vllm")
     s, m = sc2.system, sc2.model
     hidden = sc2.batch * m.hidden * 2
-    all_reduce = s.link.latency.value + 2 * (2 - 1) / 2 * hidden / min(
+    # a ring over 2 GPUs: 2(N - 1) = 2 steps, each a latency and half the bytes
+    all_reduce = 2 * s.link.latency.value + 2 * (2 - 1) / 2 * hidden / min(
         s.link_rate("h2d"), s.link_rate("d2h")
     )
     gather = p2p_s(s, (2 - 1) / 2 * sc2.batch * m.vocab * 2)

@@ -145,6 +145,20 @@ def test_a_gpu_to_gpu_hand_over_crosses_the_host_link_once(box):
     assert float(transfer.peer_time(box, 1e6, share=1.5)) == pytest.approx(10e-6 + 1.5e6 / slower)
 
 
+@pytest.mark.parametrize("gpus", [2, 4, 8])
+def test_a_ring_all_reduce_pays_a_latency_per_step_and_moves_2_n_minus_1_over_n(box, gpus):
+    """The ring: N - 1 reduce-scatter and N - 1 all-gather steps, each GPU passing a 1/N chunk
+    per step; the all-gather alone for a gather. The bytes term does not grow with N."""
+    slower = min(box.link_rate("h2d"), box.link_rate("d2h"))
+    steps = 2 * (gpus - 1)
+    want = steps * (10e-6 + 1e6 / gpus / slower)
+    assert transfer.all_reduce_time(box, 1e6, gpus) == pytest.approx(want)
+    gather = (gpus - 1) * (10e-6 + 1e6 / gpus / slower)
+    assert transfer.gather_time(box, 1e6, gpus) == pytest.approx(gather)
+    assert transfer.all_reduce_time(box, 0.0, gpus) == 0.0
+    assert transfer.all_reduce_time(box, 1e6, 1) == 0.0  # one GPU: nothing to reduce
+
+
 def test_a_gpu_to_gpu_figure_replaces_the_host_staged_copy():
     """P2P or NVLink: the profile's peer rate and latency; a peer rate alone keeps the link's
     latency; a peer latency without a rate is refused in one line."""

@@ -46,24 +46,41 @@ def peer_time(system: System, nbytes: ArrayLike, *, share: ArrayLike = 1.0) -> n
     all-reduce over N GPUs passes 2(N-1)/N of the bytes, a gather (N-1)/N: ``share``.
     """
     moved = np.asarray(nbytes, dtype=np.float64) * np.asarray(share, dtype=np.float64)
-    link = system.link
-    if link.peer_bandwidth is not None:
-        rate = link.peer_bandwidth.value
-        latency = (link.peer_latency or link.latency).value
-    else:
-        rate = min(system.link_rate("h2d"), system.link_rate("d2h"))
-        latency = link.latency.value
+    rate, latency = _peer_path(system)
     return np.where(moved > 0, latency + moved / rate, 0.0)
 
 
+def _peer_path(system: System) -> tuple[float, float]:
+    """Return the GPU-to-GPU rate (B/s) and latency (s): the peer figures, else through host."""
+    link = system.link
+    if link.peer_bandwidth is not None:
+        return link.peer_bandwidth.value, (link.peer_latency or link.latency).value
+    return min(system.link_rate("h2d"), system.link_rate("d2h")), link.latency.value
+
+
+def _ring_s(system: System, nbytes: float, gpus: int, steps: int) -> float:
+    """Return ``steps`` ring steps in which every GPU passes ``nbytes / gpus`` to the next."""
+    if nbytes <= 0 or gpus < 2:
+        return 0.0
+    rate, latency = _peer_path(system)
+    return steps * (latency + nbytes / gpus / rate)
+
+
 def all_reduce_time(system: System, nbytes: float, gpus: int) -> float:
-    """Return seconds for one ring all-reduce of ``nbytes`` over ``gpus`` GPUs on the link."""
-    return float(peer_time(system, nbytes, share=2 * (gpus - 1) / gpus))
+    """Return seconds for one ring all-reduce of ``nbytes`` over ``gpus`` GPUs on the link.
+
+    The ring algorithm NCCL runs: a reduce-scatter and an all-gather of N - 1 steps each, every
+    GPU sending a 1/N chunk to its neighbour per step, all at once (Patarasuk and Yuan,
+    "Bandwidth optimal all-reduce algorithms for clusters of workstations", JPDC 2009): each GPU
+    moves 2(N-1)/N of the bytes and pays the link's latency 2(N-1) times.
+    """
+    return _ring_s(system, nbytes, gpus, 2 * (gpus - 1))
 
 
 def gather_time(system: System, nbytes: float, gpus: int) -> float:
-    """Return seconds to gather ``nbytes`` split over ``gpus`` GPUs onto the first one."""
-    return float(peer_time(system, nbytes, share=(gpus - 1) / gpus))
+    """Return seconds to gather ``nbytes`` split over ``gpus`` GPUs onto every one: the ring's
+    all-gather, N - 1 steps of a 1/N chunk each."""
+    return _ring_s(system, nbytes, gpus, gpus - 1)
 
 
 def nvme_bandwidth(

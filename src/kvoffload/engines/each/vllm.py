@@ -50,8 +50,9 @@ is vLLM's own prefix caching (``enable_prefix_caching`` on by default) in the KV
 
 An all-reduce moves 2(N-1)/N of its bytes per GPU (ring all-reduce; NVIDIA/nccl-tests
 doc/PERFORMANCE.md at dcf818955fa6e279e03263c984e95384164c24ad, busBw = algBw x 2(n-1)/n). The
-collective is one GPU-to-GPU copy (``transfer.peer_time``: the link's peer figures where the
-profile gives them, else staged through host memory), counted in the step's link time.
+collective is a ring of 2(N-1) steps, each a GPU-to-GPU copy of a 1/N chunk with the link's
+latency (``transfer.all_reduce_time``: the link's peer figures where the profile gives them, else
+staged through host memory), counted in the step's link time.
 """
 
 from __future__ import annotations

@@ -22,9 +22,11 @@ the ones the validation checks, apply to every scenario (both can be overridden 
   bytes at the card's streaming bandwidth: a cost per op, so it weighs most on a small model and
   a fast card. Without CUDA graphs every op is launched on its own each token, with them the
   token's ops are replayed as one graph (mozilla-ai/llamafile PR #1051 measures the difference
-  on an L40S). From PR #6766: LLaMA 2 7B Q4_0 text generation on an RTX 4090 at 146.81
-  tokens/s with CUDA graphs (``gpu_op_us``) and 138.31 on master before them
-  (``gpu_op_us_no_graphs``, the ``cuda_graphs: false`` option).
+  on an L40S). With graphs (``gpu_op_us``) from PR #24216: llama-bench pp512 at microbatch 1
+  of llama 1B F16 on an RTX 3090 (2026), one-token graphs at 371.74 tokens/s; without them
+  (``gpu_op_us_no_graphs``, the ``cuda_graphs: false`` option) from PR #6766: LLaMA 2 7B Q4_0 on
+  an RTX 4090 on master before CUDA graphs, 138.31 tokens/s. (PR #6766's own graphs run, 146.81,
+  gives 10.97 µs: the per-op cost with graphs has fallen to about a third since 2024.)
 - ``split_sync_us``: what each hand-over between the CPU and CUDA backends costs (synchronise,
   copy, wake the CPU threads). From PR #7526: LLaMA 7B Q4_0 on an RTX 3060 Laptop GPU, 66.24
   tokens/s with the cache on the GPU and 45.91 with ``--no-kv-offload`` (threadpool build), whose

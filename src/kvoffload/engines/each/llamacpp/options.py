@@ -23,8 +23,8 @@ def constants() -> dict:
 
 
 def gpu_op_s_default(cuda_graphs: bool = True) -> float:
-    """Return the fixed seconds each matmul on a GPU adds to a decode step, with or without CUDA
-    graphs (PR #6766)."""
+    """Return the fixed seconds each matmul on a GPU adds to a decode step, with CUDA graphs
+    (PR #24216's 2026 build) or without (PR #6766)."""
     key = "gpu_op_us" if cuda_graphs else "gpu_op_us_no_graphs"
     return float(constants()[key]["value"]) * 1e-6
 

@@ -7,9 +7,9 @@ whose weight is split along its input (the attention output, the down projection
 GPU a partial sum that the GPUs all-reduce before the next op: one collective after the attention
 block and one after the FFN block of every layer ("Tensor-parallel splits each layer across GPUs
 and does multiple cross-GPU reductions per layer", docs/multi-gpu.md at
-5815cb840bfe5be1895c6ca6afcf9ce05d8b486f). The all-reduce is a ring over the link
-(``transfer.all_reduce_time``: NCCL where built in, the default) of the f32 activations; an output
-layer split by vocabulary rows is gathered for sampling. The same document lists the mode's hard
+5815cb840bfe5be1895c6ca6afcf9ce05d8b486f). The all-reduce is a ring over the link of the
+f32 activations (``transfer.all_reduce_time``: 2(N-1) steps, each with the link's latency; NCCL
+where built in, the default); an output layer split by vocabulary rows is gathered for sampling. The same document lists the mode's hard
 errors, which exit 2 here with llama.cpp's words: flash attention off, a quantised KV cache, and
 the architectures it is not implemented for. ik_llama.cpp's ``-sm graph`` (ikawrakow/ik_llama.cpp
 #1067, December 2025) splits each layer's attention heads and FFN over the GPUs and reduces after
