@@ -139,28 +139,34 @@ def test_a_tiny_context_still_has_a_prompt(context):
     assert search(load_system(RTX), load_model("llama-3.1-8b"), Workload(context)).choices
 
 
-def test_on_two_gpus_each_llamacpp_placement_is_also_tried_with_row_split():
-    """Several GPUs: every llama.cpp configuration comes again with ``-sm row``, the faster of
-    the two ranked first; the command says ``-sm row`` and parses back to it."""
+def test_on_two_gpus_each_llamacpp_placement_is_also_tried_split_by_rows_and_by_tensors():
+    """Several GPUs: every llama.cpp configuration comes again with ``-sm row`` and, where
+    llama.cpp takes it (an unquantised cache), ``-sm tensor``; each variant ranked by its speed
+    against its layer split; the commands say so and parse back."""
     two = load_system(
         {"base": "rtx-4090-desktop", "id": "two-4090s", "gpu": {"base": "rtx-4090", "count": 2}}
     )
     a = advise(two, "llama-3.1-70b", Workload(8192))
     llama = [c for c in a.search.choices if c.engine == "llamacpp"]
+    base = [c for c in llama if not c.options.get("split_mode")]
     row = [c for c in llama if c.options.get("split_mode") == "row"]
-    assert row and len(row) * 2 == len(llama)
-    for c in row:
+    tensor = [c for c in llama if c.options.get("split_mode") == "tensor"]
+    assert row and len(row) == len(base)
+    assert tensor and all(c.kv in ("fp16", "bf16", "fp32") for c in tensor)
+    assert len(base) + len(row) + len(tensor) == len(llama)
+    for c in row + tensor:
         layer = next(
-            d for d in llama
+            d for d in base
             if d.options == {k: v for k, v in c.options.items() if k != "split_mode"}
             and (d.weights, d.kv) == (c.weights, c.kv)
         )  # fmt: skip
         assert (c.tokens_per_s > layer.tokens_per_s) == (
             llama.index(c) < llama.index(layer)
         ) or c.tokens_per_s == layer.tokens_per_s
-    rows = [r for r in a.rows if r["options"].get("split_mode") == "row"]
-    assert rows and all(" -sm row " in r["command"] for r in rows)
-    back = parse_command(rows[0]["command"], a.search.model)
-    assert dict(back.options) == rows[0]["options"]
-    # one GPU: no row variants
+    for mode, words in (("row", " -sm row "), ("tensor", " -sm tensor -fit off ")):
+        rows = [r for r in a.rows if r["options"].get("split_mode") == mode]
+        assert rows and all(words in r["command"] for r in rows)
+        back = parse_command(rows[0]["command"], a.search.model)
+        assert dict(back.options) == rows[0]["options"]
+    # one GPU: no split variants
     assert not any(c.options.get("split_mode") for c in _gpt_oss().search.choices)

@@ -68,6 +68,8 @@ def command_line(
             args.append("--no-kv-offload")
         if options.get("split_mode", "layer") != "layer":
             args += ["-sm", options["split_mode"]]
+        if options.get("split_mode") == "tensor":  # docs/multi-gpu.md: -sm tensor needs -fit off
+            args += ["-fit", "off"]
         if kv != "fp16":
             args += ["-ctk", _LLAMA_KV[kv], "-ctv", _LLAMA_KV[kv], "-fa", "on"]
         args += ["-c", str(context * batch)]

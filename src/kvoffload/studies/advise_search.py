@@ -11,7 +11,9 @@ bisection by ``model/search.py``:
   ``--n-cpu-moe`` that fits (more experts on the CPU is slower), ``-ot exps=CPU`` with the largest
   ``-ngl`` when even every expert on the CPU leaves too much on the GPU, and ``--no-kv-offload``;
   on a machine with several GPUs each of these also with ``-sm row`` (each matrix split by rows
-  over the GPUs), kept where it fits, so the faster split mode ranks first;
+  over the GPUs) and ``-sm tensor`` (every layer split over them, all-reduces between; where
+  llama.cpp takes it: an unquantised cache, an architecture it implements), kept where it fits,
+  so the fastest split mode ranks first;
 - vLLM: the smallest ``--cpu-offload-gb`` (whole GiB) that fits.
 
 Formats run from the largest to the smallest; a smaller weight or KV format never holds more
@@ -216,11 +218,16 @@ def _llamacpp(probe: _Probe, n_layers: int, moe: bool) -> list[Choice]:
         out = [probe.choice({}, NO_OFFLOAD)]
     else:
         out = _llamacpp_offloads(probe, n_layers, moe)
-    if probe.system.n_gpus > 1:  # the same placements with each matrix split over the GPUs
+    if probe.system.n_gpus > 1:  # the same placements with the weights split over the GPUs
         for c in list(out):
-            row = {**c.options, "split_mode": "row"}
-            if probe.gpu_fits(row):
-                out.append(probe.choice(row, c.way))
+            for mode in ("row", "tensor"):
+                split = {**c.options, "split_mode": mode}
+                try:
+                    fits = probe.gpu_fits(split)
+                except InputError:  # -sm tensor refuses a quantised cache, some architectures
+                    continue
+                if fits:
+                    out.append(probe.choice(split, c.way))
     return out
 
 
