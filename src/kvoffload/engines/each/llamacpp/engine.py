@@ -11,6 +11,7 @@ from kvoffload.engines.each.llamacpp.options import Options, ser_experts
 from kvoffload.engines.each.llamacpp.placement import (
     _read_bytes,
     gpu_bytes_each,
+    is_tensor_parallel,
     layers_per_gpu,
     override_rules,
     paged_bytes,
@@ -19,7 +20,6 @@ from kvoffload.engines.each.llamacpp.placement import (
     tensor_gpus,
     tensor_groups_summary,
 )
-from kvoffload.engines.each.llamacpp.placement import tensor_parallel as is_tensor_parallel
 from kvoffload.engines.each.llamacpp.step import _step_parts_at
 from kvoffload.engines.llamacpp_prompt_cache import cache_rule
 from kvoffload.engines.spec import EngineSpec, PrefixCache
@@ -125,9 +125,8 @@ def predict(sc: Scenario) -> Prediction:
     ttft = prefill.ttft(sc, table, on_gpu, split)  # ubatches; ops on host weights where they run
     # --split-mode row: every ubatch's chunks pass each split matrix's input and output between GPUs
     ttft += row_split.prefill_s(sc, table, split)
-    ttft += tensor_parallel.prefill_s(
-        sc, table, split
-    )  # tensor parallel: each ubatch's all-reduces
+    # tensor parallelism: each ubatch's all-reduces
+    ttft += tensor_parallel.prefill_s(sc, table, split)
     ttft += attention.prefill_score_s(sc)  # without flash attention, the scores' passes
     if paged:  # mmap: weights past host capacity stay file pages, read back from disk every step
         step_read = float(_read_bytes(sc, table, sc.batch)[~on_gpu].sum()) / w_cpu

@@ -29,7 +29,7 @@ def placement(sc: Scenario) -> tuple[int, np.ndarray]:
     return ngl, np.arange(n + 1) >= i_gpu_start
 
 
-def tensor_parallel(sc: Scenario) -> bool:
+def is_tensor_parallel(sc: Scenario) -> bool:
     """Return whether every GPU layer's work is split over the GPUs (tensor parallelism):
     llama.cpp's ``-sm tensor`` (a meta device over the GPUs, ggml-org/llama.cpp #19378) or
     ik_llama.cpp's ``-sm graph``."""
@@ -53,7 +53,7 @@ def split_points(sc: Scenario) -> np.ndarray:
     given[: len(ts)] = ts
     if given.any():
         shares = given
-    elif tensor_parallel(sc):  # -sm tensor splits each tensor evenly unless -ts says otherwise
+    elif is_tensor_parallel(sc):  # -sm tensor splits each tensor evenly unless -ts says otherwise
         shares = np.ones(count)
     elif sc.system.more_gpus:  # GPUs of different models: each one's memory stands for its free
         shares = np.array([g.memory.value for g in sc.system.devices])
@@ -88,7 +88,7 @@ def gpu_split(sc: Scenario) -> np.ndarray:
     ngl, on_gpu = placement(sc)
     if sc.options.split_mode == "none":
         return np.where(on_gpu, sc.options.main_gpu, -1)
-    if tensor_parallel(sc):  # every GPU layer on the meta device: GPU 0 stands for all of them
+    if is_tensor_parallel(sc):  # every GPU layer on the meta device: GPU 0 stands for all of them
         return np.where(on_gpu, 0, -1)
     act = min(ngl, sc.model.n_layers + 1)
     start = int(np.argmax(on_gpu)) if on_gpu.any() else len(on_gpu)
@@ -101,7 +101,7 @@ def gpu_split(sc: Scenario) -> np.ndarray:
 def layers_per_gpu(sc: Scenario) -> list[int]:
     """Return how many layer positions (the output layer counts) each GPU holds."""
     split = gpu_split(sc)
-    if tensor_parallel(sc):  # each GPU holds its share of every GPU layer
+    if is_tensor_parallel(sc):  # each GPU holds its share of every GPU layer
         return [int(np.count_nonzero(split >= 0))] * sc.system.n_gpus
     return np.bincount(split[split >= 0], minlength=sc.system.n_gpus).tolist()
 
@@ -199,7 +199,7 @@ def split_tensors(sc: Scenario, table: TensorTable, gpus: np.ndarray) -> np.ndar
     if sc.options.split_mode == "row":
         return split_rows(sc, table, gpus)
     shares = row_shares(sc)
-    if not tensor_parallel(sc) or np.count_nonzero(shares > 0) < 2:
+    if not is_tensor_parallel(sc) or np.count_nonzero(shares > 0) < 2:
         return np.zeros(len(gpus), dtype=bool)
     forced = tensor_groups.match_overrides(table, override_rules(sc.options)) != ""
     stacks = table.routed & (table.rows > 1)
@@ -218,7 +218,7 @@ def gpu_bytes_each(
     shares = row_shares(sc)
     layer_gpu = gpu_split(sc)[:-1]
     kv_here = (layer_gpu >= 0) & (not sc.options.no_kv_offload)
-    if split.any() and tensor_parallel(sc):  # the rest whole on every GPU, the KV by its heads
+    if split.any() and is_tensor_parallel(sc):  # the rest whole on every GPU, the KV by its heads
         forced = tensor_groups.match_overrides(table, override_rules(sc.options)) != ""
         own = whole & forced  # a weight an override sent to one GPU stays there
         placed = np.bincount(gpus[own], weights=table.nbytes[own], minlength=count)

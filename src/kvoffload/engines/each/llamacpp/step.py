@@ -13,12 +13,12 @@ from kvoffload.engines.each.llamacpp.placement import (
     cpu_weight_rate,
     gpu_split,
     host_read_rate,
+    is_tensor_parallel,
     placement,
     row_shares,
     split_tensors,
     tensor_gpus,
 )
-from kvoffload.engines.each.llamacpp.placement import tensor_parallel as is_tensor_parallel
 from kvoffload.model import decode, kv, tensor_groups, transfer
 from kvoffload.model.prediction import Scenario
 from kvoffload.model.tensor_groups import TensorTable

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvoffload.engines.each.llamacpp.placement import placement, row_shares, tensor_parallel
+from kvoffload.engines.each.llamacpp.placement import is_tensor_parallel, placement, row_shares
 from kvoffload.inputs.errors import InputError
 from kvoffload.inputs.precision import KvFormat
 from kvoffload.model import transfer
@@ -106,7 +106,7 @@ def exchange_s(sc: Scenario, table: TensorTable, split: np.ndarray, tokens: floa
     """Return the seconds one pass of ``tokens`` spends in collectives: each all-reduce of the
     f32 activations, and the gather of a split output layer's logits (decode: one per token)."""
     n = int(np.count_nonzero(row_shares(sc) > 0))
-    if not split.any() or n < 2 or not tensor_parallel(sc):
+    if not split.any() or n < 2 or not is_tensor_parallel(sc):
         return 0.0
     system, model = sc.system, sc.model
     reduce_s = collectives(table, split) * transfer.all_reduce_time(
@@ -121,7 +121,7 @@ def prefill_s(sc: Scenario, table: TensorTable, split: np.ndarray) -> float:
     """Return the seconds the prompt's ubatches spend in all-reduces (the logits of the last
     token only, as llama.cpp's prefill outputs them, are left out)."""
     n = int(np.count_nonzero(row_shares(sc) > 0))
-    if not split.any() or n < 2 or not tensor_parallel(sc):
+    if not split.any() or n < 2 or not is_tensor_parallel(sc):
         return 0.0
     count = collectives(table, split)
 
