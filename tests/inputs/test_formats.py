@@ -203,6 +203,17 @@ def test_gpt_oss_20b_mxfp4_is_the_published_checkpoint_exactly():
     assert m.weight_bytes(W.MXFP4).total == 13_761_264_768
 
 
+def test_gpt_oss_120b_mxfp4_moe_is_the_size_llama_bench_prints():
+    """llama-bench's size and params columns (tensor bytes in GiB, parameters in billions) for
+    ggml-org's gpt-oss-120b GGUF, file type MXFP4 MoE: "gpt-oss 120B MXFP4 MoE | 59.02 GiB |
+    116.83 B" (ggml-org/llama.cpp pull request #19922, its baseline table; the same size in
+    #19378's). The tensors' bytes, so the match is to the printed precision: experts in MXFP4,
+    every other matrix in q8_0 (llama-quantize's MXFP4_MOE), 1-D tensors in f32."""
+    m = load_model("gpt-oss-120b")
+    assert round(m.weight_bytes(W.MXFP4_MOE).total / GiB, 2) == 59.02
+    assert round(sum(t.params for t in m.tensors()) / 1e9, 2) == 116.83
+
+
 def test_mxfp4_touches_only_the_experts_of_a_moe_model():
     m = load_model("gpt-oss-20b")
     bf, mx = m.weight_bytes(W.BF16), m.weight_bytes(W.MXFP4)
