@@ -10,8 +10,14 @@ def test_advise_prints_the_table_and_the_command(cli):
     assert r.code == 0, r.err
     lines = r.out.splitlines()
     assert lines[1].split()[:3] == ["#", "engine", "weights"]
-    assert lines[2].split()[:5] == ["1", "llamacpp", "mxfp4", lines[2].split()[3], "--n-cpu-moe"]
-    assert lines[3].strip().startswith("llama-server -m gpt-oss-120b-MXFP4.gguf -ngl 99")
+    assert lines[2].split()[:5] == [
+        "1",
+        "llamacpp",
+        "mxfp4_moe",
+        lines[2].split()[3],
+        "--n-cpu-moe",
+    ]
+    assert lines[3].strip().startswith("llama-server -m gpt-oss-120b-MXFP4_MOE.gguf -ngl 99")
 
 
 def test_advise_json_and_all(cli):

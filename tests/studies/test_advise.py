@@ -36,11 +36,12 @@ def _predict(system, model, c, wl):
 def test_gpt_oss_120b_on_a_4090_runs_n_cpu_moe_with_mxfp4_experts_first():
     a = _gpt_oss()
     first = a.search.choices[0]
-    assert (first.engine, first.weights, first.way) == ("llamacpp", "mxfp4", NCMOE)
+    # ggml-org's GGUF: experts MXFP4, the other matrices q8_0 (file type MXFP4 MoE)
+    assert (first.engine, first.weights, first.way) == ("llamacpp", "mxfp4_moe", NCMOE)
     ngl = [c for c in a.search.choices if c.way == NGL]
     assert ngl and all(first.tokens_per_s > c.tokens_per_s for c in ngl)
     cmd = a.rows[0]["command"]
-    assert cmd.startswith("llama-server -m gpt-oss-120b-MXFP4.gguf -ngl 99 --n-cpu-moe ")
+    assert cmd.startswith("llama-server -m gpt-oss-120b-MXFP4_MOE.gguf -ngl 99 --n-cpu-moe ")
     assert "-c 32768" in cmd
 
 

@@ -62,13 +62,15 @@ CPU_OFFLOAD = "--cpu-offload-gb"
 def weight_formats(model: Model, engine: str) -> tuple[str, ...]:
     """Return the weight formats tried for ``model`` on ``engine``, largest first.
 
-    A .gguf file: its own tensor types (llama.cpp only). gpt-oss: MXFP4 experts as published
-    (ggml-org's GGUF; vLLM's native checkpoint). Otherwise the engine's formats.
+    A .gguf file: its own tensor types (llama.cpp only). gpt-oss: MXFP4 experts as published:
+    for llama.cpp ggml-org's GGUF, file type MXFP4 MoE (the other matrices in q8_0: the 59.02 GiB
+    llama-bench prints for gpt-oss-120b, tests/inputs/test_formats.py); for vLLM the native
+    checkpoint (the rest in bf16). Otherwise the engine's formats.
     """
     if getattr(model, "gguf_tensors", ()):
         return ("gguf",) if engine == "llamacpp" else ()
     if model.ships_mxfp4_experts:
-        return ("mxfp4",)
+        return ("mxfp4_moe",) if engine == "llamacpp" else ("mxfp4",)
     return LLAMACPP_FORMATS if engine == "llamacpp" else VLLM_FORMATS
 
 
