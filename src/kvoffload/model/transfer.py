@@ -42,8 +42,8 @@ def peer_time(system: System, nbytes: ArrayLike, *, share: ArrayLike = 1.0) -> n
 
     Where the profile's link gives a GPU-to-GPU rate (``peer_bandwidth``: P2P, NVLink), the copy
     runs at it, with ``peer_latency`` (else the link's latency); without one it is staged through
-    host memory: the link's latency plus the bytes at the slower pinned direction. A ring
-    all-reduce over N GPUs passes 2(N-1)/N of the bytes, a gather (N-1)/N: ``share``.
+    host memory: the link's latency plus the bytes at the slower pinned direction. ``share``
+    scales the bytes of one such copy (a collective's steps: ``all_reduce_time``, ``gather_time``).
     """
     moved = np.asarray(nbytes, dtype=np.float64) * np.asarray(share, dtype=np.float64)
     rate, latency = _peer_path(system)

@@ -151,21 +151,21 @@ def predict(sc: Scenario) -> Prediction:
             f"{len(rules)} tensor override(s): {tensor_groups_summary(table, on_gpu, layer_on_gpu)}"
         ]
     )
+    tp_split = bool(split.any()) and is_tensor_parallel(sc)
+    reduces = tensor_parallel.collectives(table, split) if tp_split else 0
     kv_where = (
         "all KV in host memory (attention on the CPU)"
         if o.no_kv_offload
         else "each layer's KV split over the GPUs by heads"
-        if split.any() and is_tensor_parallel(sc)
+        if tp_split
         else "each layer's KV with its layer"
     )
     tp = (
-        [
-            f"-sm {o.split_mode}: every GPU layer split over {system.n_gpus} GPUs, "
-            f"{tensor_parallel.collectives(table, split)} all-reduces a token"
-        ]
-        if split.any() and is_tensor_parallel(sc)
+        [f"-sm {o.split_mode}: every GPU layer split over {system.n_gpus} GPUs, "
+         f"{reduces} all-reduces a token"]
+        if tp_split
         else []
-    )
+    )  # fmt: skip
     return Prediction(
         scenario=given,
         tpot_s=float(tpot),
@@ -196,9 +196,7 @@ def predict(sc: Scenario) -> Prediction:
             "n_cpu_moe": o.n_cpu_moe,
             "layers_per_gpu": layers_per_gpu(sc),  # the output layer counts, as in -ngl
             "split_mode": o.split_mode,
-            "all_reduces_per_token": tensor_parallel.collectives(table, split)
-            if is_tensor_parallel(sc)
-            else 0,
+            "all_reduces_per_token": reduces,
             "experts_per_token": model.moe.experts_per_token if model.moe else None,
             "tensor_split": list(o.tensor_split),
             "gpu_bytes_each": list(held.gpu_each),

@@ -9,9 +9,9 @@ block and one after the FFN block of every layer ("Tensor-parallel splits each l
 and does multiple cross-GPU reductions per layer", docs/multi-gpu.md at
 5815cb840bfe5be1895c6ca6afcf9ce05d8b486f). The all-reduce is a ring over the link of the
 f32 activations (``transfer.all_reduce_time``: 2(N-1) steps, each with the link's latency; NCCL
-where built in, the default); an output layer split by vocabulary rows is gathered for sampling. The same document lists the mode's hard
-errors, which exit 2 here with llama.cpp's words: flash attention off, a quantised KV cache, and
-the architectures it is not implemented for. ik_llama.cpp's ``-sm graph`` (ikawrakow/ik_llama.cpp
+where built in, the default); an output layer split by vocabulary rows is gathered for sampling.
+The same document lists the mode's hard errors, which exit 2 here with llama.cpp's words: flash
+attention off, a quantised KV cache, and the architectures it is not implemented for. ik_llama.cpp's ``-sm graph`` (ikawrakow/ik_llama.cpp
 #1067, December 2025) splits each layer's attention heads and FFN over the GPUs and reduces after
 each in the same way; it takes a quantised cache (#1177 runs ``-ctk q6_0``) and, since #1835
 (2026-05-19), MLA models and ``--n-cpu-moe``, but not ``-ngl`` below the layer count for a MoE
@@ -102,31 +102,40 @@ def collectives(table: TensorTable, split: np.ndarray) -> int:
     return int(np.count_nonzero(attention) + np.count_nonzero(ffn))
 
 
+def _gpus(sc: Scenario, split: np.ndarray) -> int:
+    """Return the GPUs a tensor-parallel split spans (0 when the scenario has none)."""
+    if not split.any() or not is_tensor_parallel(sc):
+        return 0
+    n = int(np.count_nonzero(row_shares(sc) > 0))
+    return n if n > 1 else 0
+
+
+def _reduces_s(sc: Scenario, count: int, tokens: float, n: int) -> float:
+    """Return ``count`` all-reduces of ``tokens`` tokens' f32 activations over ``n`` GPUs."""
+    return count * transfer.all_reduce_time(sc.system, tokens * sc.model.hidden * 4.0, n)
+
+
 def exchange_s(sc: Scenario, table: TensorTable, split: np.ndarray, tokens: float) -> float:
     """Return the seconds one pass of ``tokens`` spends in collectives: each all-reduce of the
     f32 activations, and the gather of a split output layer's logits (decode: one per token)."""
-    n = int(np.count_nonzero(row_shares(sc) > 0))
-    if not split.any() or n < 2 or not is_tensor_parallel(sc):
+    n = _gpus(sc, split)
+    if not n:
         return 0.0
-    system, model = sc.system, sc.model
-    reduce_s = collectives(table, split) * transfer.all_reduce_time(
-        system, tokens * model.hidden * 4.0, n
-    )
+    model = sc.model
     output = split & (table.position == model.n_layers)
-    gather_s = transfer.gather_time(system, tokens * model.vocab * 4.0, n) if output.any() else 0.0
-    return reduce_s + gather_s
+    gather_s = (
+        transfer.gather_time(sc.system, tokens * model.vocab * 4.0, n) if output.any() else 0.0
+    )
+    return _reduces_s(sc, collectives(table, split), tokens, n) + gather_s
 
 
 def prefill_s(sc: Scenario, table: TensorTable, split: np.ndarray) -> float:
     """Return the seconds the prompt's ubatches spend in all-reduces (the logits of the last
     token only, as llama.cpp's prefill outputs them, are left out)."""
-    n = int(np.count_nonzero(row_shares(sc) > 0))
-    if not split.any() or n < 2 or not is_tensor_parallel(sc):
+    n = _gpus(sc, split)
+    if not n:
         return 0.0
     count = collectives(table, split)
-
-    def ubatch_s(tokens: int) -> float:
-        return count * transfer.all_reduce_time(sc.system, tokens * sc.model.hidden * 4.0, n)
-
     full, rest = divmod(sc.prompt * sc.batch, sc.options.ubatch)
-    return full * ubatch_s(sc.options.ubatch) + (ubatch_s(rest) if rest else 0.0)
+    whole = full * _reduces_s(sc, count, sc.options.ubatch, n)
+    return whole + (_reduces_s(sc, count, rest, n) if rest else 0.0)
