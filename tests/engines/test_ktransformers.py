@@ -82,3 +82,10 @@ def test_the_amx_constants_are_the_published_kernel_rates_per_core():
     amx = predict(_sc({"optimize_config_path": "DeepSeek-V3-Chat-amx.yaml"}, prompt=4096))
     plain = predict(_sc({}, prompt=4096))
     assert amx.ttft_s < plain.ttft_s  # prefill faster with AMX
+
+
+def test_the_bottleneck_names_the_cpu_experts_not_host_resident_kv():
+    p = predict(_sc({"cpu_infer": 33}))
+    assert max(p.streams_s, key=p.streams_s.get) == "cpu"  # the experts' CPU time leads
+    assert p.bottleneck == "CPU-side matmuls (weights in host memory)"
+    assert "KV" not in p.to_json()["bottleneck"]

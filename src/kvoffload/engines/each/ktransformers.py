@@ -260,6 +260,8 @@ def predict(sc: Scenario) -> Prediction:
             "chunk_size": o.chunk_size,
             "expert_copies": copies,
         },
+        # the CPU computes routed experts only: attention and its KV cache stay on the GPU
+        cpu_work=(False, True),
         policy=f"{o.optimize_config_path}: routed experts on the CPU ({backend(o)}, "
         f"{threads(sc)} threads), attention, shared experts and the rest on the GPU",
     )
