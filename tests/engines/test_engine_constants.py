@@ -211,8 +211,8 @@ def test_llamacpp_mmq_int8_share_is_re_derived_from_pr_7676():
     assert predict(sc, check=False).ttft_s == pytest.approx(seconds, rel=1e-6)
 
 
-def test_ktransformers_mla_decode_time_is_re_derived_from_issue_314():
-    entry = CONSTANTS["ktransformers"]["mla_decode_ns"]
+def test_ktransformers_torch_mla_decode_time_is_re_derived_from_issue_314():
+    entry = CONSTANTS["ktransformers"]["mla_decode_torch_ns"]
     src = entry["from"]
     (c1, c2), (r1, r2) = src["context"], src["tokens_per_s"]
     ns = (1 / r2 - 1 / r1) / ((c2 - c1) * src["attention_layers"]) * 1e9
@@ -220,13 +220,78 @@ def test_ktransformers_mla_decode_time_is_re_derived_from_issue_314():
     model = parse_scenario(_kt(1000)).model
     assert model.mla and src["attention_layers"] == model.n_layers == 61
     # on the issue's box, the predicted token time grows by the measured 28.6 ms over those 9K
-    grow = predict(parse_scenario(_kt(c2)), check=False).tpot_s
-    grow -= predict(parse_scenario(_kt(c1)), check=False).tpot_s
+    grow = _tpot(_kt(c2)) - _tpot(_kt(c1))
     assert grow == pytest.approx(1 / r2 - 1 / r1, rel=1e-6)
 
 
+def test_ktransformers_llamafile_share_reproduces_issue_314_at_1k():
+    entry = CONSTANTS["ktransformers"]["llamafile_bandwidth_share"]
+    src = entry["from"]
+    assert entry["kind"] == "fitted" and 0.3 < entry["value"] < 1
+    scenario = _kt(src["context"])
+    assert scenario["options"]["cpu_infer"] == src["cpu_infer"]
+    assert 1 / _tpot(scenario) == pytest.approx(src["tokens_per_s"], rel=1e-6)
+
+
+def test_ktransformers_triton_mla_decode_time_is_re_derived_from_the_tutorial():
+    entry = CONSTANTS["ktransformers"]["mla_decode_triton_ns"]
+    src = entry["from"]
+    (p1, p2), (r1, r2) = src["prompt"], src["tokens_per_s"]
+    ns = (1 / r2 - 1 / r1) / ((p2 - p1) * src["attention_layers"]) * 1e9
+    assert entry["value"] == pytest.approx(ns, rel=1e-6)
+    two = {"cpu_infer": 65, "use_numa": True}  # the V0.2.1 runs: both sockets
+    grow = _tpot(_tutorial(p2, 300, two)) - _tpot(_tutorial(p1, 300, two))
+    assert grow == pytest.approx(1 / r2 - 1 / r1, rel=1e-6)
+    assert entry["value"] < CONSTANTS["ktransformers"]["mla_decode_torch_ns"]["value"]
+
+
+def test_ktransformers_numa_share_is_the_tutorial_s_two_socket_scaling():
+    """The experts' time on one socket over their time on two, less one: each the token time
+    less the model's GPU part and link, so the host's assumed bandwidth drops out."""
+    entry = CONSTANTS["ktransformers"]["numa_socket_share"]
+    src = entry["from"]
+    rate, threads = src["tokens_per_s"], src["cpu_infer"]
+    one = {"cpu_infer": threads["one_socket"], "numactl_node": 1, "mla_decode": "torch"}
+    two = {"cpu_infer": threads["two_sockets"], "use_numa": True, "mla_decode": "torch"}
+    experts = []
+    for options, measured in ((one, rate["one_socket"]), (two, rate["two_sockets"])):
+        p = predict(parse_scenario(_tutorial(src["prompt"], 300, options)), check=False)
+        experts.append((1 / measured - (p.tpot_s - p.streams_s["cpu"]), p.streams_s["cpu"]))
+    (m1, c1), (m2, c2) = experts
+    assert c1 / c2 == pytest.approx(m1 / m2, rel=1e-6)  # the model's scaling is the measured one
+    assert entry["value"] == pytest.approx(m1 / m2 - 1, rel=1e-6)
+    assert 0 < entry["value"] < 1
+
+
+def test_ktransformers_llamafile_gemm_rate_reproduces_the_tutorial_s_one_socket_prefill():
+    entry = CONSTANTS["ktransformers"]["llamafile_gemm_per_core"]
+    src = entry["from"]
+    options = {"cpu_infer": src["cpu_infer"], "numactl_node": 1, "mla_decode": "torch"}
+    p = predict(parse_scenario(_tutorial(src["prompt"], 300, options)), check=False)
+    assert src["prompt"] / p.ttft_s == pytest.approx(src["tokens_per_s"], rel=1e-6)
+    host = parse_scenario(_tutorial(1, 1, {})).system.host
+    assert entry["value"] * 1e9 < host.flops.value / host.cores  # below the FP32 vector peak
+
+
+def _tpot(scenario: dict) -> float:
+    return predict(parse_scenario(scenario), check=False).tpot_s
+
+
+def _tutorial(prompt: int, generate: int, options: dict) -> dict:
+    """Return a run of the KTransformers tutorial: DeepSeek-V3 Q4_K_M, RTX 4090, 2x Gold 6454S."""
+    return {
+        "hardware": "rtx-4090-2s-xeon-6454s",
+        "model": "deepseek-v3",
+        "engine": "ktransformers",
+        "precision": {"weights": "q4_k_m", "kv": "fp16"},
+        "workload": {"batch": 1, "prompt": prompt, "generate": generate},
+        "options": options,
+    }
+
+
 def _kt(context: int) -> dict:
-    """Return issue #314's run: DeepSeek-R1 in 4 bits on an RTX 4090 with an EPYC 9654, one token."""
+    """Return issue #314's run: DeepSeek-R1 in 4 bits on an RTX 4090 with an EPYC 9654, one token
+    (0.2.0's MLA kernel)."""
     return {
         "hardware": {"gpu": "rtx-4090", "link": "pcie4-x16", "host": "server-ddr5-12ch",
                      "storage": "nvme-gen4"},
@@ -234,5 +299,5 @@ def _kt(context: int) -> dict:
         "engine": "ktransformers",
         "precision": {"weights": "q4_k_m", "kv": "fp16"},
         "workload": {"batch": 1, "prompt": context, "generate": 1},
-        "options": {"cpu_infer": 84},
+        "options": {"cpu_infer": 84, "mla_decode": "torch"},
     }  # fmt: skip

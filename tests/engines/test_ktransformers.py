@@ -32,6 +32,8 @@ def _sc(options: dict | None = None, **workload: int):
         ({"optimize_config_path": "Nope.yaml"}, "optimize_config_path"),
         ({"backend": "avx2"}, "backend"),
         ({"use_cuda": True}, "use_cuda"),
+        ({"mla_decode": "flash"}, "mla_decode"),
+        ({"numactl_node": -1}, "numactl_node"),
     ],
 )
 def test_bad_options_are_refused_in_one_line_naming_the_field(options, field):
@@ -42,7 +44,12 @@ def test_bad_options_are_refused_in_one_line_naming_the_field(options, field):
 
 @pytest.mark.parametrize(
     ("options", "field"),
-    [({"max_new_tokens": 100}, "max_new_tokens"), ({"cache_lens": 1000}, "cache_lens")],
+    [
+        ({"max_new_tokens": 100}, "max_new_tokens"),
+        ({"cache_lens": 1000}, "cache_lens"),
+        ({"numactl_node": 2}, "numactl_node"),  # the host has two sockets, nodes 0 and 1
+        ({"numactl_node": 0, "use_numa": True}, "numactl_node"),
+    ],
 )
 def test_lengths_past_the_engine_s_limits_are_refused(options, field):
     with pytest.raises(InputError) as e:
@@ -89,3 +96,21 @@ def test_the_bottleneck_names_the_cpu_experts_not_host_resident_kv():
     assert max(p.streams_s, key=p.streams_s.get) == "cpu"  # the experts' CPU time leads
     assert p.bottleneck == "CPU-side matmuls (weights in host memory)"
     assert "KV" not in p.to_json()["bottleneck"]
+
+
+def test_one_socket_under_numactl_is_slower_than_both_and_holds_one_copy():
+    one = predict(_sc({"cpu_infer": 33, "numactl_node": 1}))
+    both = predict(_sc({"cpu_infer": 65, "use_numa": True}))
+    assert one.streams_s["cpu"] > both.streams_s["cpu"]
+    # two sockets add less than a second socket's worth: the fitted share is below one
+    share = ktransformers.constants()["numa_socket_share"]["value"]
+    assert one.streams_s["cpu"] / both.streams_s["cpu"] == pytest.approx(1 + share, rel=1e-9)
+    assert float(both.memory.cpu) == pytest.approx(2 * float(one.memory.cpu))
+
+
+def test_the_triton_mla_kernel_grows_less_with_context_than_the_torch_one():
+    def growth(kernel: str) -> float:
+        o = {"cpu_infer": 65, "use_numa": True, "mla_decode": kernel}
+        return predict(_sc(o, prompt=8000)).tpot_s - predict(_sc(o, prompt=1000)).tpot_s
+
+    assert 0 < growth("triton") < growth("torch")

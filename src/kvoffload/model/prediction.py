@@ -186,6 +186,7 @@ class Prediction:
             )
             * 1e3,
             "decode_tokens_per_s": decode_rate,
+            "prefill_tokens_per_s": sc.batch * sc.prompt / self.ttft_s,
             "throughput_tokens_per_s": sc.batch * sc.generate / total_time,
             "bottleneck": self.bottleneck,
             "step": {

@@ -12,6 +12,7 @@ from kvoffload.report.styling import Table, show
 # a prediction's metric (``Prediction.to_json`` key) -> what the table calls it, and its unit
 METRICS = {
     "decode_tokens_per_s": ("decode", "tokens/s"),
+    "prefill_tokens_per_s": ("prefill", "tokens/s"),
     "throughput_tokens_per_s": ("throughput", "tokens/s"),
     "ttft_ms": ("TTFT", "ms"),
     "ttft_recompute_ms": ("TTFT, prefix recomputed", "ms"),

@@ -26,12 +26,18 @@ single-request engine, now under ``archive/ktransformers/``):
 - AMX or AVX-512: the kernel is chosen by arithmetic intensity, AMX when each expert sees more
   than 4 tokens on average, AVX-512 for decode and short prefill (doc/en/AMX.md).
 
-Decode streams the touched experts at the CPU's matvec rate for their format (model/cpu_rate.py);
-prefill computes them at the host's FLOP rate, or at the AMX kernel's published rate
-(catalog/engine_constants.yaml, ``ktransformers``), never faster than the experts stream. The GPU
-part is the step model: its weights at the GPU's streaming bandwidth, attention over the KV cache;
-for MLA, each cached token costs at least ``mla_decode_ns`` per layer and request, the decode
-kernel's time fitted on a published run (issue #314), far above its bytes or FLOPs at batch 1.
+Decode streams the touched experts: llamafile's matvecs at ``llamafile_bandwidth_share`` of the
+memory rate their threads read (fitted on issue #314, a host with a measured STREAM rate), AMX's
+AVX-512 kernel at the llama.cpp matvec rate for its format (model/cpu_rate.py). With
+``USE_NUMA`` each socket after the first adds ``numa_socket_share`` of one socket's rate (the
+tutorial's one- and two-socket runs; the source does not say why it is less than one);
+``numactl_node`` keeps the threads and the experts on one socket (``numactl -N k -m k``). Prefill
+computes the experts at llamafile's fitted rate per core or at the AMX kernel's published rate
+(catalog/engine_constants.yaml, ``ktransformers``), never faster than the experts stream. The
+GPU part is the step model: its weights at the GPU's streaming bandwidth, attention over the KV
+cache; for MLA, each cached token costs at least the decode kernel's fitted time per layer and
+request (``mla_decode``: 0.2.1's Triton kernel, ``decode_attention_fwd_grouped``, on the
+tutorial's V0.2.1 runs; 0.2.0's PyTorch matmuls on issue #314), far above its bytes at batch 1.
 """
 
 from __future__ import annotations
@@ -73,9 +79,14 @@ def constants() -> dict:
     return catalog.load("engine_constants")["ktransformers"]
 
 
-def mla_decode_s() -> float:
-    """Return the seconds KTransformers' MLA decode spends per cached token, layer and request."""
-    return float(constants()["mla_decode_ns"]["value"]) * 1e-9
+def mla_decode_s(kernel: str = "triton") -> float:
+    """Return the seconds KTransformers' MLA decode kernel spends per cached token, layer and
+    request: ``triton`` (0.2.1 on) or ``torch`` (0.2.0's matmuls)."""
+    return float(constants()[f"mla_decode_{kernel}_ns"]["value"]) * 1e-9
+
+
+def _constant(name: str) -> float:
+    return float(constants()[name]["value"])
 
 
 class Options(Strict, frozen=True):
@@ -85,6 +96,11 @@ class Options(Strict, frozen=True):
     backend: Backend | None = None  # the rule's experts ``backend:`` kwarg; None: the rule's
     cpu_infer: Annotated[int, Meta(ge=1, le=1024)] | None = None  # None: physical cores - 3
     use_numa: bool = False  # built with USE_NUMA=1: experts copied onto every socket
+    # run under ``numactl -N k -m k``: the threads and every page on socket k alone
+    numactl_node: Annotated[int, Meta(ge=0, le=7)] | None = None
+    # the MLA decode kernel: ``triton`` (0.2.1 on, decode_attention_fwd_grouped), ``torch``
+    # (0.2.0's absorbed attention in PyTorch matmuls)
+    mla_decode: Literal["triton", "torch"] = "triton"
     chunk_size: Annotated[int, Meta(ge=1, le=1_048_576)] = 8192
     max_new_tokens: Annotated[int, Meta(ge=1, le=1_048_576)] = 1000
     cache_lens: Annotated[int, Meta(ge=1, le=16_777_216)] | None = None
@@ -116,23 +132,55 @@ def threads(sc: Scenario) -> int:
 
 
 def _numa(sc: Scenario) -> str | None:
+    """Return where the threads and experts sit: ``isolate`` (one node, ``numactl -N k -m k``),
+    ``distribute`` (``USE_NUMA=1``: a copy on each socket) or None (pages on one node)."""
+    if sc.options.numactl_node is not None:
+        return "isolate"
     return "distribute" if sc.options.use_numa and sc.system.host.sockets > 1 else None
 
 
+def _socket_scale(sc: Scenario) -> tuple[int, float]:
+    """Return the sockets the expert threads use and what they add up to, in sockets: with
+    ``USE_NUMA`` each socket after the first adds ``numa_socket_share`` of one (fitted), else 1."""
+    host, numa = sc.system.host, _numa(sc)
+    used = cpu_rate.sockets_used(host, threads(sc), numa)
+    if numa != "distribute" or used == 1:
+        return used, 1.0
+    return used, 1.0 + (used - 1) * _constant("numa_socket_share")
+
+
 def expert_stream_rate(sc: Scenario) -> float:
-    """Return the rate (B/s) the CPU streams expert weights in decode (the matvec kernels)."""
-    return cpu_rate.weight_stream_rate(sc.system.host, expert_format(sc), threads(sc), _numa(sc))
+    """Return the rate (B/s) the CPU streams expert weights in decode (the matvec kernels).
+
+    llamafile's kernels reach ``llamafile_bandwidth_share`` of the memory the threads read
+    (fitted); AMX's AVX-512 decode kernel the llama.cpp kernel's share for its format (assumed).
+    """
+    host, fmt, n = sc.system.host, expert_format(sc), threads(sc)
+    if backend(sc.options) != "llamafile":
+        return cpu_rate.weight_stream_rate(host, fmt, n, _numa(sc))
+    numa = _numa(sc)
+    one = cpu_rate.host_stream_rate(host, n, "isolate" if numa == "distribute" else numa)
+    used, scale = _socket_scale(sc)
+    memory = _constant("llamafile_bandwidth_share") * one * scale
+    cores = cpu_rate.thread_cores(host, numa)
+    n_eff = min(n, cores) if cores else n
+    return min(memory, n_eff * cpu_rate.kernel(fmt).per_thread_bps * scale / used)
 
 
 def expert_compute_rate(sc: Scenario, tokens_per_expert: float) -> float:
-    """Return the CPU's FLOP/s on the experts: AMX's fitted rate per core, else the host's."""
+    """Return the CPU's FLOP/s on the experts in prefill: llamafile's or AMX's rate per core
+    (fitted; AMX's from its published kernel rate), the host's vector rate for AVX-512."""
     host = sc.system.host
     name = backend(sc.options)
-    if name == "llamafile" or tokens_per_expert <= AMX_MIN_TOKENS_PER_EXPERT:
+    if name == "llamafile":
+        per_core = _constant("llamafile_gemm_per_core") * 1e9
+    elif tokens_per_expert <= AMX_MIN_TOKENS_PER_EXPERT:
         return host.flops.value
-    per_core = float(constants()[f"amx_{name[3:].lower()}_per_core"]["value"]) * 1e9
+    else:
+        per_core = _constant(f"amx_{name[3:].lower()}_per_core") * 1e9
     cores = cpu_rate.thread_cores(host, _numa(sc)) or threads(sc)
-    return per_core * min(threads(sc), cores)
+    used, scale = _socket_scale(sc)
+    return per_core * min(threads(sc), cores) * scale / used
 
 
 def _refuse_lengths(sc: Scenario) -> None:
@@ -147,6 +195,17 @@ def _refuse_lengths(sc: Scenario) -> None:
         raise InputError(
             f"options.cache_lens is {o.cache_lens} tokens but the prompt and output need "
             f"{sc.prompt + sc.generate}"
+        )
+    sockets = sc.system.host.sockets
+    if o.numactl_node is not None and o.numactl_node >= sockets:
+        raise InputError(
+            f"options.numactl_node is {o.numactl_node} but the host has {sockets} socket"
+            f"{'s' * (sockets != 1)} (nodes 0 to {sockets - 1})"
+        )
+    if o.numactl_node is not None and o.use_numa:
+        raise InputError(
+            "options.numactl_node binds the threads and pages to one socket while use_numa "
+            "copies the experts onto every socket: give one of them"
         )
 
 
@@ -192,7 +251,8 @@ def predict(sc: Scenario) -> Prediction:
     )
     attn_per_token = lay.attn_flops[pos_class]
     # MLA: the decode kernel's own time per cached token, where it is above the cache's bytes
-    mla_s = np.where(lay.kv_per_token[pos_class] > 0, mla_decode_s(), 0.0) if model.mla else 0.0
+    mla = mla_decode_s(o.mla_decode)
+    mla_s = np.where(lay.kv_per_token[pos_class] > 0, mla, 0.0) if model.mla else 0.0
     hidden = batch * model.hidden * HIDDEN_BYTES
     link = p["moe_layers"] * (
         hidden / system.copy_rate("h2d", pinned=True)
@@ -218,7 +278,7 @@ def predict(sc: Scenario) -> Prediction:
     ttft = _prefill_s(sc, p)
     final = sc.prompt + sc.generate
     kv_total = float(kv.layer_bytes(sc.setup.cache_model, o.cache_lens or final, sc.setup.kv).sum())
-    copies = system.host.sockets if _numa(sc) else 1
+    copies = system.host.sockets if _numa(sc) == "distribute" else 1
     host_bytes = float(p["expert_bytes"].sum()) * copies
     gpu_bytes = float(table.nbytes[~routed].sum())
     return Prediction(
