@@ -24,10 +24,27 @@ from kvoffload.model.prediction import Scenario
 from kvoffload.model.tensor_groups import TensorTable
 
 
-def _constants(sc: Scenario) -> tuple[float, float]:
+def replays_graphs(sc: Scenario, gpu_runs: int) -> bool:
+    """Return whether the token's GPU kernels replay as CUDA graphs, given how many separate runs
+    of GPU ops the token's graph has (``gpu_runs``: more than one where weights or KV in host
+    memory split it).
+
+    ``cuda_graphs`` says whether the build captures graphs at all. A split graph keeps them in
+    llama.cpp (a graph per split, keyed by its first node, since PR #18934, 2026-01-19; before it
+    the one graph per device was re-captured split after split until capture was disabled: set
+    ``cuda_graphs: false`` for an older build), not in ik_llama.cpp, where "with partial offload
+    CUDA graphs get disabled after just a few splits" (ikawrakow, ik_llama.cpp PR #1040,
+    2025-12-06).
+    """
+    o = sc.options
+    return o.cuda_graphs and not (o.fork == "ik_llama" and gpu_runs > 1)
+
+
+def _constants(sc: Scenario, gpu_runs: int) -> tuple[float, float]:
     """Return (seconds each matmul on a GPU adds to a step, seconds per CPU<->GPU hand-over)."""
     o = sc.options
-    op = o.gpu_op_us * 1e-6 if o.gpu_op_us is not None else gpu_op_s_default(o.cuda_graphs)
+    graphs = replays_graphs(sc, gpu_runs)
+    op = o.gpu_op_us * 1e-6 if o.gpu_op_us is not None else gpu_op_s_default(graphs)
     sync = o.split_sync_us * 1e-6 if o.split_sync_us is not None else split_sync_s_default()
     return op, sync
 
@@ -111,9 +128,10 @@ def step_parts(sc: Scenario, context: np.ndarray, batch: float) -> dict[str, np.
 def _step_parts_at(sc: Scenario, batch: float) -> Callable[[np.ndarray], dict[str, np.ndarray]]:
     """Return step_parts over a context for one scenario and batch, the rest computed once."""
     system, model = sc.system, sc.model
-    per_op, sync = _constants(sc)
     pinned = sc.pinned_or(True)  # the CUDA backend copies through pinned host buffers
     table, gpus = tensor_gpus(sc)
+    ups, downs, peers = _hand_overs(sc, table, gpus)
+    per_op, sync = _constants(sc, ups)  # each host->GPU hand-over starts a run of GPU ops
     on_gpu = gpus >= 0
     lay = decode.layers(model, sc.setup.weights)
     k, n = lay.expert_use
@@ -151,7 +169,6 @@ def _step_parts_at(sc: Scenario, batch: float) -> Callable[[np.ndarray], dict[st
     # without flash attention, the scores each cached position adds (0 with it)
     scores = lay.kv_per_token[pos_class] * attention.score_bytes(sc)
     cpu_rate_w = cpu_weight_rate(sc)
-    ups, downs, peers = _hand_overs(sc, table, gpus)
     activations = batch * model.hidden * 4  # llama.cpp's activations are f32
     lat = system.link.latency.value
     link = ups * (activations / system.copy_rate("h2d", pinned=pinned) + lat + sync)
