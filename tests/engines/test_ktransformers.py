@@ -114,3 +114,30 @@ def test_the_triton_mla_kernel_grows_less_with_context_than_the_torch_one():
         return predict(_sc(o, prompt=8000)).tpot_s - predict(_sc(o, prompt=1000)).tpot_s
 
     assert 0 < growth("triton") < growth("torch")
+
+
+@pytest.mark.parametrize(
+    ("model", "default"),
+    [
+        ("deepseek-v3", "DeepSeek-V3-Chat.yaml"),
+        ("kimi-k2", "DeepSeek-V3-Chat.yaml"),
+        ("qwen3-30b-a3b", "Qwen3Moe-serve.yaml"),
+        ("mixtral-8x7b", "Mixtral.yaml"),
+        ("glm-4.5-air", "Glm4Moe-serve.yaml"),
+    ],
+)
+def test_each_family_gets_the_rule_its_architecture_defaults_to(model, default):
+    sc = parse_scenario({**BASE, "model": model, "options": {}}, name="kt")
+    assert ktransformers.rule(sc) == default
+    assert predict(sc, check=False).settings["optimize_config_path"] == default
+
+
+def test_a_rule_for_another_family_or_a_family_without_rules_is_refused():
+    wrong = {**BASE, "model": "qwen3-30b-a3b", "options": {"optimize_config_path": "Mixtral.yaml"}}
+    with pytest.raises(InputError) as e:
+        predict(parse_scenario(wrong, name="kt"), check=False)
+    assert "options.optimize_config_path" in str(e.value) and "Qwen3Moe-serve.yaml" in str(e.value)
+    for model in ("gpt-oss-120b", "llama-3.1-8b"):
+        with pytest.raises(InputError) as e:
+            predict(parse_scenario({**BASE, "model": model, "options": {}}, name="kt"), check=False)
+        assert "no optimize rule" in str(e.value) and "\n" not in str(e.value)

@@ -48,10 +48,15 @@ VARIANTS = {
     # weights and KV stay on the GPU; the variant adds a host prefix cache and a cached prefix
     "sglang": [{}, {"options": {"enable_hierarchical_cache": True}}],
     "trtllm": [{}, {"options": {"host_cache_size": 10**9}}],
-    # a dense model has no routed experts: KTransformers keeps it all on the GPU
-    "ktransformers": [{}, {"options": {"cpu_infer": 8, "chunk_size": 128}}],
+    # KTransformers runs only the MoE families it has rules for: Mixtral's experts on the CPU in
+    # both, the variant with fewer threads and smaller prefill chunks
+    "ktransformers": [
+        {"model": "mixtral-8x7b"},
+        {"model": "mixtral-8x7b", "options": {"cpu_infer": 8, "chunk_size": 128}},
+    ],
 }
-ALL_ON_GPU = {"sglang", "trtllm", "ktransformers"}  # engines that place nothing off the GPU
+# engines whose variants do not move anything (KTransformers: the experts are on the CPU in both)
+ALL_ON_GPU = {"sglang", "trtllm", "ktransformers"}
 # mappings whose keys are data, not schema: the engine's own settings, and the overlap modes an
 # engine can compare itself under (every mode for the step model, none for the other engines)
 KEYED_BY_DATA = ("engine_settings",)

@@ -57,15 +57,40 @@ from kvoffload.inputs.text import Strict
 from kvoffload.model import cpu_rate, decode, kv, routing, tensor_groups
 from kvoffload.model.prediction import Prediction, Resolved, Scenario
 
-# the optimize rules shipped in optimize/optimize_rules/ and the expert backend each one names
+# the optimize rules shipped in optimize/optimize_rules/, the expert backend each one names and the
+# model types (config.json ``model_type``) whose modules it matches
 RULES = {
     "DeepSeek-V3-Chat.yaml": "llamafile",
     "DeepSeek-V3-Chat-amx.yaml": "AMXInt8",
+    "DeepSeek-V3-Chat-serve.yaml": "llamafile",
     "DeepSeek-V2-Chat.yaml": "llamafile",
     "DeepSeek-V2-Lite-Chat.yaml": "llamafile",
     "Qwen3Moe-serve.yaml": "llamafile",
     "Qwen3Moe-serve-amx.yaml": "AMXInt8",
     "Mixtral.yaml": "llamafile",
+    "Glm4Moe-serve.yaml": "llamafile",
+}
+_DEEPSEEK_V3 = ("deepseek_v3", "kimi_k2")  # Kimi K2 is a DeepseekV3ForCausalLM (doc/en/Kimi-K2.md)
+RULE_MODELS = {
+    "DeepSeek-V3-Chat.yaml": _DEEPSEEK_V3,
+    "DeepSeek-V3-Chat-amx.yaml": _DEEPSEEK_V3,
+    "DeepSeek-V3-Chat-serve.yaml": _DEEPSEEK_V3,
+    "DeepSeek-V2-Chat.yaml": ("deepseek_v2",),
+    "DeepSeek-V2-Lite-Chat.yaml": ("deepseek_v2",),
+    "Qwen3Moe-serve.yaml": ("qwen3_moe",),
+    "Qwen3Moe-serve-amx.yaml": ("qwen3_moe",),
+    "Mixtral.yaml": ("mixtral",),
+    "Glm4Moe-serve.yaml": ("glm4_moe",),
+}
+# the rule used when none is named: local_chat.py's default_optimize_rules by architecture, and
+# for the server-only families the rule their docs start (doc/en/AMX.md, the server's Glm4Moe)
+DEFAULT_RULES = {
+    "deepseek_v3": "DeepSeek-V3-Chat.yaml",
+    "kimi_k2": "DeepSeek-V3-Chat.yaml",
+    "deepseek_v2": "DeepSeek-V2-Chat.yaml",
+    "mixtral": "Mixtral.yaml",
+    "qwen3_moe": "Qwen3Moe-serve.yaml",
+    "glm4_moe": "Glm4Moe-serve.yaml",
 }
 Backend = Literal["llamafile", "AMXInt8", "AMXBF16"]
 _AMX_FORMAT = {"AMXInt8": WeightFormat.INT8, "AMXBF16": WeightFormat.BF16}
@@ -92,7 +117,7 @@ def _constant(name: str) -> float:
 class Options(Strict, frozen=True):
     """KTransformers' own flags (local_chat.py / server), as a scenario's ``options:``."""
 
-    optimize_config_path: str = "DeepSeek-V3-Chat.yaml"  # a rule file name
+    optimize_config_path: str | None = None  # a rule file name; None: the model's default rule
     backend: Backend | None = None  # the rule's experts ``backend:`` kwarg; None: the rule's
     cpu_infer: Annotated[int, Meta(ge=1, le=1024)] | None = None  # None: physical cores - 3
     use_numa: bool = False  # built with USE_NUMA=1: experts copied onto every socket
@@ -106,6 +131,8 @@ class Options(Strict, frozen=True):
     cache_lens: Annotated[int, Meta(ge=1, le=16_777_216)] | None = None
 
     def __post_init__(self) -> None:
+        if self.optimize_config_path is None:
+            return
         name = self.optimize_config_path.rsplit("/", 1)[-1]
         if name not in RULES:
             raise FieldError(
@@ -114,14 +141,39 @@ class Options(Strict, frozen=True):
             )
 
 
-def backend(o: Options) -> str:
+def rule(sc: Scenario) -> str:
+    """Return the optimize rule's file name: the option's, else the model type's default; refuse
+    a rule written for another model type, or a model type KTransformers has no rule for."""
+    mt = sc.model.model_type
+    given = sc.options.optimize_config_path
+    if given is None:
+        if mt not in DEFAULT_RULES:
+            raise InputError(
+                f"KTransformers ships no optimize rule for model_type {mt!r} (rules for "
+                f"{', '.join(sorted(DEFAULT_RULES))}): use engine llamacpp or generic",
+                field="model",
+            )
+        return DEFAULT_RULES[mt]
+    name = given.rsplit("/", 1)[-1]
+    if mt not in RULE_MODELS[name]:
+        fits = [r for r, types in RULE_MODELS.items() if mt in types]
+        raise InputError(
+            f"{name} matches the modules of model_type {', '.join(RULE_MODELS[name])}, not "
+            f"{mt!r}; "
+            + (f"rules for it: {', '.join(fits)}" if fits else "none is shipped for it"),
+            field="options.optimize_config_path",
+        )
+    return name
+
+
+def backend(sc: Scenario) -> str:
     """Return the CPU expert backend: the option, else the one the optimize rule names."""
-    return o.backend or RULES[o.optimize_config_path.rsplit("/", 1)[-1]]
+    return sc.options.backend or RULES[rule(sc)]
 
 
 def expert_format(sc: Scenario) -> WeightFormat:
     """Return the format the experts are held in: the GGUF's, or AMX's int8 / bf16 repacking."""
-    return _AMX_FORMAT.get(backend(sc.options), sc.setup.weights)
+    return _AMX_FORMAT.get(backend(sc), sc.setup.weights)
 
 
 def threads(sc: Scenario) -> int:
@@ -156,7 +208,7 @@ def expert_stream_rate(sc: Scenario) -> float:
     (fitted); AMX's AVX-512 decode kernel the llama.cpp kernel's share for its format (assumed).
     """
     host, fmt, n = sc.system.host, expert_format(sc), threads(sc)
-    if backend(sc.options) != "llamafile":
+    if backend(sc) != "llamafile":
         return cpu_rate.weight_stream_rate(host, fmt, n, _numa(sc))
     numa = _numa(sc)
     one = cpu_rate.host_stream_rate(host, n, "isolate" if numa == "distribute" else numa)
@@ -171,7 +223,7 @@ def expert_compute_rate(sc: Scenario, tokens_per_expert: float) -> float:
     """Return the CPU's FLOP/s on the experts in prefill: llamafile's or AMX's rate per core
     (fitted; AMX's from its published kernel rate), the host's vector rate for AVX-512."""
     host = sc.system.host
-    name = backend(sc.options)
+    name = backend(sc)
     if name == "llamafile":
         per_core = _constant("llamafile_gemm_per_core") * 1e9
     elif tokens_per_expert <= AMX_MIN_TOKENS_PER_EXPERT:
@@ -232,6 +284,7 @@ def _parts(sc: Scenario) -> dict:
 
 def predict(sc: Scenario) -> Prediction:
     """Return KTransformers' time per token, prefill and memory for the scenario."""
+    rule(sc)  # the optimize rule must serve the model
     _refuse_lengths(sc)
     system, model, o = sc.system, sc.model, sc.options
     p = _parts(sc)
@@ -312,8 +365,8 @@ def predict(sc: Scenario) -> Prediction:
             kv_format=sc.setup.kv,
         ),
         settings={
-            "optimize_config_path": o.optimize_config_path,
-            "backend": backend(o),
+            "optimize_config_path": rule(sc),
+            "backend": backend(sc),
             "experts_format": expert_format(sc).value,
             "cpu_infer": threads(sc),
             "use_numa": o.use_numa,
@@ -322,7 +375,7 @@ def predict(sc: Scenario) -> Prediction:
         },
         # the CPU computes routed experts only: attention and its KV cache stay on the GPU
         cpu_work=(False, True),
-        policy=f"{o.optimize_config_path}: routed experts on the CPU ({backend(o)}, "
+        policy=f"{rule(sc)}: routed experts on the CPU ({backend(sc)}, "
         f"{threads(sc)} threads), attention, shared experts and the rest on the GPU",
     )
 
