@@ -141,3 +141,17 @@ def test_a_rule_for_another_family_or_a_family_without_rules_is_refused():
         with pytest.raises(InputError) as e:
             predict(parse_scenario({**BASE, "model": model, "options": {}}, name="kt"), check=False)
         assert "no optimize rule" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_without_a_numa_policy_every_thread_computes_at_the_full_per_core_rate():
+    sc = _sc({"cpu_infer": 65, "optimize_config_path": "DeepSeek-V3-Chat-amx.yaml"})
+    per_core = ktransformers.constants()["amx_int8_per_core"]["value"] * 1e9
+    cores = sc.system.host.cores
+    assert ktransformers.expert_compute_rate(sc, 60) == pytest.approx(per_core * min(65, cores))
+    numa = _sc(
+        {"cpu_infer": 65, "use_numa": True, "optimize_config_path": "DeepSeek-V3-Chat-amx.yaml"}
+    )
+    share = ktransformers.constants()["numa_socket_share"]["value"]
+    assert ktransformers.expert_compute_rate(numa, 60) == pytest.approx(
+        per_core * min(65, cores) * (1 + share) / 2
+    )

@@ -191,14 +191,15 @@ def _numa(sc: Scenario) -> str | None:
     return "distribute" if sc.options.use_numa and sc.system.host.sockets > 1 else None
 
 
-def _socket_scale(sc: Scenario) -> tuple[int, float]:
-    """Return the sockets the expert threads use and what they add up to, in sockets: with
-    ``USE_NUMA`` each socket after the first adds ``numa_socket_share`` of one (fitted), else 1."""
-    host, numa = sc.system.host, _numa(sc)
-    used = cpu_rate.sockets_used(host, threads(sc), numa)
-    if numa != "distribute" or used == 1:
-        return used, 1.0
-    return used, 1.0 + (used - 1) * _constant("numa_socket_share")
+def _socket_scale(sc: Scenario) -> tuple[float, float]:
+    """Return what ``USE_NUMA``'s sockets add up to, in sockets (each after the first adds
+    ``numa_socket_share`` of one, fitted), and the share of their threads' full rate that is;
+    (1, 1) without it."""
+    if _numa(sc) != "distribute":
+        return 1.0, 1.0
+    used = cpu_rate.sockets_used(sc.system.host, threads(sc), "distribute")
+    worth = 1.0 + (used - 1) * _constant("numa_socket_share")
+    return worth, worth / used
 
 
 def expert_stream_rate(sc: Scenario) -> float:
@@ -212,11 +213,11 @@ def expert_stream_rate(sc: Scenario) -> float:
         return cpu_rate.weight_stream_rate(host, fmt, n, _numa(sc))
     numa = _numa(sc)
     one = cpu_rate.host_stream_rate(host, n, "isolate" if numa == "distribute" else numa)
-    used, scale = _socket_scale(sc)
-    memory = _constant("llamafile_bandwidth_share") * one * scale
+    worth, share = _socket_scale(sc)
+    memory = _constant("llamafile_bandwidth_share") * one * worth
     cores = cpu_rate.thread_cores(host, numa)
     n_eff = min(n, cores) if cores else n
-    return min(memory, n_eff * cpu_rate.kernel(fmt).per_thread_bps * scale / used)
+    return min(memory, n_eff * cpu_rate.kernel(fmt).per_thread_bps * share)
 
 
 def expert_compute_rate(sc: Scenario, tokens_per_expert: float) -> float:
@@ -231,11 +232,10 @@ def expert_compute_rate(sc: Scenario, tokens_per_expert: float) -> float:
     else:
         per_core = _constant(f"amx_{name[3:].lower()}_per_core") * 1e9
     cores = cpu_rate.thread_cores(host, _numa(sc)) or threads(sc)
-    used, scale = _socket_scale(sc)
-    return per_core * min(threads(sc), cores) * scale / used
+    return per_core * min(threads(sc), cores) * _socket_scale(sc)[1]
 
 
-def _refuse_lengths(sc: Scenario) -> None:
+def _refuse_options(sc: Scenario) -> None:
     o = sc.options
     refuse_several_gpus(sc, "ktransformers", "its multi-GPU optimize rules are")
     if sc.generate > o.max_new_tokens:
@@ -285,7 +285,7 @@ def _parts(sc: Scenario) -> dict:
 def predict(sc: Scenario) -> Prediction:
     """Return KTransformers' time per token, prefill and memory for the scenario."""
     rule(sc)  # the optimize rule must serve the model
-    _refuse_lengths(sc)
+    _refuse_options(sc)
     system, model, o = sc.system, sc.model, sc.options
     p = _parts(sc)
     table, routed, shared, lay = p["table"], p["routed"], p["shared"], p["lay"]
