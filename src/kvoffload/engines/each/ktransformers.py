@@ -33,7 +33,8 @@ AVX-512 kernel at the llama.cpp matvec rate for its format (model/cpu_rate.py). 
 tutorial's one- and two-socket runs; the source does not say why it is less than one);
 ``numactl_node`` keeps the threads and the experts on one socket (``numactl -N k -m k``). Prefill
 computes the experts at llamafile's fitted rate per core or at the AMX kernel's published rate
-(catalog/engine_constants.yaml, ``ktransformers``), never faster than the experts stream. The
+(35 TOPS Int8 over the 64 cores of its benchmark's 65 threads; catalog/engine_constants.yaml,
+``ktransformers``), never faster than the experts stream. The
 GPU part is the step model: its weights at the GPU's streaming bandwidth, attention over the KV
 cache; for MLA, each cached token costs at least the decode kernel's fitted time per layer and
 request (``mla_decode``: 0.2.1's Triton kernel, ``decode_attention_fwd_grouped``, on the
