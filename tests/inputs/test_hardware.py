@@ -200,9 +200,21 @@ def test_the_t4_testbeds_fits_are_fitted_not_measured():
         t4.gpu.attention_bandwidth,
         t4.gpu.compute_efficiency,
         t4.link.h2d_bandwidth,
-        t4.host.flops,
+        t4.host.attention_flops,
     ):
         assert fig.kind.value == "fitted" and fig.machine and fig.source == "flexllmgen-cost-model"
+
+
+def test_pytorchs_cpu_attention_rate_is_its_own_figure_not_the_cpus_rate():
+    """FlexGen's fitted cpu_flops is PyTorch's attention on the CPU: the FlexGen and ZeRO
+    testbeds attend at it, while the CPU's own rate (llama.cpp's and KTransformers' kernels)
+    stays the host's; a host without the figure attends at its CPU rate."""
+    for system in ("t4-pcie3", "a6000-lambda"):
+        host = load_system(system).host
+        assert host.attention_rate == pytest.approx(12.3e9)
+        assert host.flops.value > 100 * host.attention_rate
+    plain = load_system("rtx-4090-desktop").host
+    assert plain.attention_flops is None and plain.attention_rate == plain.flops.value
 
 
 def _host_part(**extra: object) -> object:

@@ -138,6 +138,10 @@ class Host(Part, kw_only=True):
     # host memory the OS keeps from processes; default: RESERVED_BASE_BYTES + RESERVED_SHARE
     memory_reserved: ReservedMemory | None = None
     flops: FlopRate
+    # the rate attention over a cache in host memory reaches when PyTorch computes it on this CPU
+    # (FlexGen's fitted cpu_flops), where measured: the generic step, FlexGen, ZeRO-Inference and
+    # Accelerate attend at it; llama.cpp's and KTransformers' own kernels run at ``flops``
+    attention_flops: FlopRate | None = None
     cores: Count | None = None  # every socket's
     # cores that run matmul threads at full speed (P-cores of a hybrid CPU); default: cores
     performance_cores: Count | None = None
@@ -152,6 +156,11 @@ class Host(Part, kw_only=True):
     def matmul_threads(self) -> int | None:
         """Return the threads CPU-side matmuls run on: ``threads``, else the performance cores."""
         return self.threads or self.performance_cores or self.cores
+
+    @property
+    def attention_rate(self) -> float:
+        """Return the FLOP/s of PyTorch's attention on this CPU: ``attention_flops``, else ``flops``."""
+        return (self.attention_flops or self.flops).value
 
     @property
     def socket_bandwidth(self) -> float:

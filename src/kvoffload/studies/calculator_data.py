@@ -77,6 +77,8 @@ FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec("link_latency", "Link latency per copy", "µs", 1e-6, 1e-9, 1.0, zero=True),
     FigureSpec("host_memory", "Host memory", "GB", 1e9, 1e8, 1e15),
     FigureSpec("host_flops", "CPU rate", "GFLOP/s", 1e9, 1e9, 1e18),
+    # Host.attention_flops: PyTorch's attention on the CPU where measured; none: the CPU rate
+    FigureSpec("host_attention_flops", "CPU attention (PyTorch)", "GFLOP/s", 1e9, 1e9, 1e18, True),
     FigureSpec("disk_read", "Disk read", "GB/s", 1e9, 1e7, 1e13),
     FigureSpec("disk_write", "Disk write", "GB/s", 1e9, 1e7, 1e13),
     FigureSpec("disk_latency", "Disk read latency", "µs", 1e-6, 1e-9, 1.0, zero=True),
@@ -102,6 +104,7 @@ def machine_figures(system: System) -> dict[str, float | None]:
         "link_latency": link.latency.value,
         "host_memory": system.host_memory,
         "host_flops": host.flops.value,
+        "host_attention_flops": host.attention_flops.value if host.attention_flops else None,
         "disk_read": st.read_bandwidth.value,
         "disk_write": st.write_bandwidth.value,
         "disk_latency": st.read_latency.value,
@@ -146,6 +149,11 @@ def profile_mapping(
         "memory": f"{f['host_memory']!r} B",
         "memory_bandwidth": f"{f['host_bandwidth']!r} B/s",
         "flops": f"{f['host_flops']!r} FLOP/s",
+        **(
+            {"attention_flops": f"{f['host_attention_flops']!r} FLOP/s"}
+            if f["host_attention_flops"] is not None
+            else {}
+        ),
         **(calculator_llamacpp.host_mapping(host_extra) if host_extra else {}),
     }
     storage = {

@@ -108,7 +108,7 @@ def _stream_times(
     cpu_attends = (not gpu_attends) and kv_off
     if cpu_attends:
         host_bw = sysm.host.memory_bandwidth.value
-        cpu = np.maximum(kv_layer * c.off / host_bw, attn_held * c.off / sysm.host.flops.value)
+        cpu = np.maximum(kv_layer * c.off / host_bw, attn_held * c.off / sysm.host.attention_rate)
         if setup.cpu_kv_passes != 1.0:
             cpu = cpu * setup.cpu_kv_passes
     if p.groups:  # groups computed where they lie: CPU matmuls at the CPU's matvec rate

@@ -115,7 +115,8 @@
         if (!(gpuAttends || cOff === 0)) {
           cpu = Math.max(
             (kvLayer * cOff) / m.host_bandwidth,
-            (b * lay.attn_flops[i] * held * cOff) / m.host_flops
+            // Host.attention_rate: PyTorch's attention on the CPU where measured, else the CPU rate
+            (b * lay.attn_flops[i] * held * cOff) / (m.host_attention_flops === null ? m.host_flops : m.host_attention_flops)
           );
         }
         const moved = wt[i].moved;

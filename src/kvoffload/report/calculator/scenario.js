@@ -42,10 +42,11 @@
       "    name: " + name,
       "    memory: " + quantity(f.host_memory, "B"),
       "    memory_bandwidth: " + quantity(f.host_bandwidth, "B/s"),
-      "    flops: " + quantity(f.host_flops, "FLOP/s"),
-      // calculator_llamacpp.host_mapping: the machine's sockets, cores, threads and reserve
-      "    sockets: " + host.sockets
+      "    flops: " + quantity(f.host_flops, "FLOP/s")
     );
+    if (f.host_attention_flops !== null) lines.push("    attention_flops: " + quantity(f.host_attention_flops, "FLOP/s"));
+    // calculator_llamacpp.host_mapping: the machine's sockets, cores, threads and reserve
+    lines.push("    sockets: " + host.sockets);
     for (const key of ["cores", "performance_cores", "threads"]) {
       if (host[key] !== null) lines.push("    " + key + ": " + host[key]);
     }

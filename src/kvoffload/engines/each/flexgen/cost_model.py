@@ -52,7 +52,7 @@ def cost(sc: Scenario, pol: Policies, o: Options) -> Costs:
     dr, dw = system.storage.read_bandwidth.value, system.storage.write_bandwidth.value
     hbm, att_bw = system.gpu.streaming_bandwidth, system.gpu.attention_rate
     peak = system.compute_rate
-    host_bw, host_flops = system.host.memory_bandwidth.value, system.host.flops.value
+    host_bw, host_flops = system.host.memory_bandwidth.value, system.host.attention_rate
     dense, attn = lay.dense_flops[None, :], lay.attn_flops[None, :]
     # FlexGen decompresses a layer's weights inside mha_gen/mlp, i.e. once per GPU batch, and the
     # cache in full: decompress(k_cache)[:src_s] expands all prompt + generate - 1 slots each step
