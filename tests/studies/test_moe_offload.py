@@ -15,6 +15,7 @@ from kvoffload.inputs.hardware import load_system
 from kvoffload.inputs.models import load_model
 from kvoffload.model import routing
 from kvoffload.report import charting, moe_charts
+from kvoffload.studies import chapter_answers
 from kvoffload.studies import moe_offload as mo
 
 DESKTOP = "rtx-4090-desktop"
@@ -202,3 +203,18 @@ def test_a_model_name_from_a_users_config_is_text_in_the_answer(desktop):
     assert "<img" not in html and "<em>" not in html and "<a " not in html and "<h1>" not in html
     assert "&lt;img src=x onerror=alert(1)&gt; *bold* `code` [link](http://x) $x$" in html
     assert html.startswith("<p># ")
+
+
+@pytest.mark.parametrize("hardware", ["rtx-4090-2s-xeon-6454s", DESKTOP])
+def test_the_verdict_picks_the_faster_of_experts_and_layers_on_the_cpu(hardware):
+    """The box's figure is the chapter's fastest placement of the model as given (where the
+    model does not fit whole): never a slower one the chapter itself calls slower."""
+    fits = mo.fit_options(hardware, "gpt-oss-120b", "q4_k_m", 4096)
+    curve = mo.ncmoe_curve(hardware, "gpt-oss-120b", "q4_k_m", 4096)
+    routed = mo.routed_bytes(hardware, "gpt-oss-120b", "q4_k_m", [1, 8])
+    head = mo.headline(fits, curve, routed)
+    assert not head.whole_fits and head.experts_option and head.layers_option
+    chosen = chapter_answers.moe_choice(head)
+    assert chosen.value == max(head.experts_tps, head.layers_tps)
+    option = head.experts_option if chosen.value == head.experts_tps else head.layers_option
+    assert option in chosen.detail

@@ -119,13 +119,16 @@ def own_link(v: dict, link: str, context: int) -> Answer:
 
 
 def moe_choice(head: MoeHeadline) -> Answer:
-    """Return chapter 10's answer: the tokens/s of the placement the chapter picks."""
+    """Return chapter 10's answer: the tokens/s of the placement the chapter picks, the model
+    whole where it fits, else the faster of experts and whole layers on the CPU."""
+    experts = (head.experts_tps, f"routed experts on the CPU ({head.experts_option})")
+    layers = (head.layers_tps, f"whole layers on the CPU ({head.layers_option})")
     if head.whole_fits:
         value, how = head.whole_tps, "the model whole, every layer on the GPU"
-    elif head.experts_option:
-        value, how = head.experts_tps, f"routed experts on the CPU ({head.experts_option})"
+    elif head.experts_option and head.layers_option:
+        value, how = max(experts, layers, key=lambda c: c[0])
     else:
-        value, how = head.layers_tps, f"whole layers on the CPU ({head.layers_option})"
+        value, how = experts if head.experts_option else layers
     return Answer(
         label=f"Decode rate of the placement this chapter picks for {head.weights.upper()}",
         value=value,
