@@ -212,7 +212,7 @@ def test_calibration_takes_engine_constants_kind_and_source_from_the_catalog():
     assert set(fitted["constant"]) >= {
         "gpu.attention_bandwidth",
         "link.h2d_bandwidth",
-        "host.flops",
+        "host.attention_flops",
     }
     assert set(testbed["kind"]) <= {"measured", *fitted["kind"]}
     matvec = rows[rows["where"].str.endswith("(CPU matvec)")]
