@@ -7,6 +7,7 @@ import pandas as pd
 
 from kvoffload.inputs.units import format_number
 from kvoffload.report.charting import PALETTE, limit_line, note_coinciding, wrapped_labels
+from kvoffload.studies.cpu_experts import CpuExperts
 from kvoffload.studies.fit_marks import FITS, marked, shortfall_text
 from kvoffload.studies.moe_offload import KV, NCMOE, NGL, FitOptions
 
@@ -62,6 +63,32 @@ def fit_table(fits: FitOptions) -> pd.DataFrame:
             "fits the GPU": gpu_fit,
             "host memory holds it": rows["host_holds"].map(yes_no).where(some, ""),
             "note": rows["note"],
+        }
+    )
+
+
+CPU_EXPERTS_FORMATS = {
+    "decode tokens/s": _number,
+    "prefill tokens/s": _number,
+    "GPU memory (GB)": _number,
+    "host memory (GB)": _number,
+}
+
+
+def cpu_experts_table(result: CpuExperts) -> pd.DataFrame:
+    """Return llama.cpp and KTransformers with every expert on the CPU as a page table, each row
+    with the command that runs it (a note); a row that does not fit is marked."""
+    rows = result.rows
+    return pd.DataFrame(
+        {
+            "engine": rows["engine"],
+            "setting": rows["setting"],
+            "decode tokens/s": rows["decode_tokens_per_s"],
+            "prefill tokens/s": rows["prefill_tokens_per_s"],
+            "GPU memory (GB)": rows["gpu_bytes"] / 1e9,
+            "host memory (GB)": rows["cpu_bytes"] / 1e9,
+            "fits": rows["fits"],
+            "command": rows["command"],
         }
     )
 

@@ -1,10 +1,16 @@
 """The command line that runs a configuration, as each engine spells it, and its reading back.
 
 llama.cpp's ``llama-server`` flags (ggml-org/llama.cpp common/arg.cpp): ``-m``, ``-ngl``,
-``--n-cpu-moe``, ``-ot``, ``--no-kv-offload``, ``-ctk``/``-ctv``, ``-fa on`` (a quantised V cache
+``--cpu-moe``, ``--n-cpu-moe``, ``-ot``, ``--no-kv-offload``, ``--numa``, ``-ctk``/``-ctv``, ``-fa on`` (a quantised V cache
 needs flash attention), ``-c`` (the context of every slot together) and ``-np`` (slots). vLLM's
 ``vllm serve`` engine arguments: ``--quantization``, ``--cpu-offload-gb``, ``--kv-cache-dtype``,
-``--max-model-len`` and ``--max-num-seqs``.
+``--max-model-len`` and ``--max-num-seqs``. KTransformers (kvcache-ai/ktransformers at
+95009ea6856c0799e517e93cb12be5e8494bc7ce, archive/ktransformers): ``local_chat.py``'s arguments
+(``--model_path``, ``--gguf_path``, ``--optimize_config_path``, ``--cpu_infer``,
+``--max_new_tokens``), and for a ``-serve`` rule the server's (server/args.py: the same, with
+``--architectures``, ``--backend_type balance_serve`` and ``--cache_lens``), as doc/en/AMX.md
+starts it; ``numactl -N k -m k`` before it for ``numactl_node``, and for ``use_numa`` (a build
+flag) the install run again with it, ``USE_NUMA=1 bash ./install.sh`` (doc/en/install.md).
 """
 
 from __future__ import annotations
@@ -21,6 +27,14 @@ ALL_LAYERS = 99  # -ngl 99: every layer (llama.cpp's README); 999 where a model 
 _LLAMA_KV = {"fp16": "f16", "q8_0": "q8_0", "q4_0": "q4_0"}  # our KV format: -ctk/-ctv's name
 _VLLM_KV = {"bf16": "auto", "fp8": "fp8"}
 _VLLM_QUANT = {"fp8": "fp8", "int4": "awq"}  # --quantization; bf16 and mxfp4: the checkpoint's
+# the server's --architectures for the model types its -serve rules match (config.json's names)
+_KT_ARCHITECTURES = {
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+    "glm4_moe": "Glm4MoeForCausalLM",
+    "deepseek_v3": "DeepseekV3ForCausalLM",
+    "kimi_k2": "DeepseekV3ForCausalLM",
+}
+KT_RULES = "ktransformers/optimize/optimize_rules/"
 
 
 def all_layers(model: Model) -> int:
@@ -60,12 +74,16 @@ def command_line(
     if engine == "llamacpp":
         args = ["llama-server", "-m", gguf_file(model, weights, path)]
         args += ["-ngl", str(options.get("n_gpu_layers", all_layers(model)))]
+        if options.get("cpu_moe"):
+            args.append("--cpu-moe")
         if options.get("n_cpu_moe"):
             args += ["--n-cpu-moe", str(options["n_cpu_moe"])]
         if options.get("override_tensor"):
             args += ["-ot", options["override_tensor"]]
         if options.get("no_kv_offload"):
             args.append("--no-kv-offload")
+        if options.get("numa"):
+            args += ["--numa", options["numa"]]
         if options.get("split_mode", "layer") != "layer":
             args += ["-sm", options["split_mode"]]
         if options.get("split_mode") == "tensor":  # docs/multi-gpu.md: -sm tensor needs -fit off
@@ -75,6 +93,10 @@ def command_line(
         args += ["-c", str(context * batch)]
         if batch > 1:
             args += ["-np", str(batch)]
+    elif engine == "ktransformers":
+        args = _ktransformers_args(model, weights, options, context, path)
+        if options.get("use_numa"):  # a build flag: install.sh again with it (doc/en/install.md)
+            return "USE_NUMA=1 bash ./install.sh && " + shlex.join(args)
     else:
         args = ["vllm", "serve", checkpoint(model, weights, path)]
         if weights in _VLLM_QUANT:
@@ -87,6 +109,30 @@ def command_line(
         if batch > 1:
             args += ["--max-num-seqs", str(batch)]
     return shlex.join(args)
+
+
+def _ktransformers_args(
+    model: Model, weights: str, options: Mapping[str, Any], context: int, path: str
+) -> list[str]:
+    """Return KTransformers' command: the server for a ``-serve`` rule, else ``local_chat``."""
+    rule = options["optimize_config_path"]
+    gguf = path or f"{model.id}-{weights.upper()}/"  # --gguf_path: the folder of the GGUF parts
+    args = []
+    if options.get("numactl_node") is not None:
+        node = str(options["numactl_node"])
+        args += ["numactl", "-N", node, "-m", node]
+    if rule.endswith("-serve.yaml"):
+        args += ["python", "ktransformers/server/main.py", "--architectures",
+                 _KT_ARCHITECTURES[model.model_type]]  # fmt: skip
+    else:
+        args += ["python", "-m", "ktransformers.local_chat"]
+    args += ["--model_path", model.hf_id or model.id, "--gguf_path", gguf]
+    args += ["--optimize_config_path", KT_RULES + rule.rsplit("/", 1)[-1]]
+    if options.get("cpu_infer"):
+        args += ["--cpu_infer", str(options["cpu_infer"])]
+    if rule.endswith("-serve.yaml"):
+        args += ["--backend_type", "balance_serve", "--cache_lens", str(context)]
+    return args
 
 
 def _flags(words: list[str]) -> dict[str, str | bool]:
@@ -114,12 +160,16 @@ def parse_command(line: str, model: Model, path: str = "") -> Command:
         ngl = int(f["-ngl"])
         if ngl < model.n_layers + 1:
             opts["n_gpu_layers"] = ngl
+        if "--cpu-moe" in f:
+            opts["cpu_moe"] = True
         if "--n-cpu-moe" in f:
             opts["n_cpu_moe"] = int(f["--n-cpu-moe"])
         if "-ot" in f:
             opts["override_tensor"] = f["-ot"]
         if "--no-kv-offload" in f:
             opts["no_kv_offload"] = True
+        if "--numa" in f:
+            opts["numa"] = str(f["--numa"])
         if "-sm" in f:
             opts["split_mode"] = str(f["-sm"])
         name = str(f["-m"])
