@@ -171,3 +171,26 @@ def test_on_two_gpus_each_llamacpp_placement_is_also_tried_split_by_rows_and_by_
         assert dict(back.options) == rows[0]["options"]
     # one GPU: no split variants
     assert not any(c.options.get("split_mode") for c in _gpt_oss().search.choices)
+
+
+def test_ktransformers_is_searched_when_asked_with_its_rule_and_numa_build():
+    """--engines ktransformers: its default rule and, on two sockets, the USE_NUMA=1 build, each
+    predicted by its engine; never searched unless named."""
+    server = load_system("rtx-4090-2s-xeon-6454s")
+    a = advise(server, "deepseek-v3", WL, engines=("ktransformers",))
+    kt = a.search.choices
+    assert [c.options.get("use_numa", False) for c in kt if c.weights == "q4_k_m"] == [True, False]
+    for c in kt:
+        assert c.options["optimize_config_path"] == "DeepSeek-V3-Chat.yaml"
+        assert c.tpot_s == pytest.approx(_predict(server, a.search.model, c, WL).tpot_s)
+    numa = next(r for r in a.rows if r["options"].get("use_numa"))
+    assert numa["command"].startswith("USE_NUMA=1 bash ./install.sh && python -m ")
+    assert numa["kv"] == "bf16" and numa["offload"] == "experts on the CPU, USE_NUMA=1"
+    default = advise(server, "deepseek-v3", WL)
+    assert "ktransformers" not in {c.engine for c in default.search.choices}
+
+
+def test_ktransformers_leaves_out_a_model_type_it_has_no_rule_for_with_its_reason():
+    a = advise(load_system(RTX), "gpt-oss-120b", WL, engines=("ktransformers",))
+    assert not a.search.choices
+    assert any("no optimize rule for model_type 'gpt_oss'" in why for *_, why in a.search.left_out)

@@ -24,7 +24,7 @@ def budget_ms(text: str) -> float:
 
 def engine_list(text: str) -> tuple[str, ...]:
     """Return the engines to search, from a comma-separated list (argparse type)."""
-    from kvoffload.studies.advise_search import ENGINES
+    from kvoffload.studies.advise_search import ALL_ENGINES as ENGINES
 
     names = tuple(dict.fromkeys(x.strip() for x in text[:200].split(",") if x.strip()))
     bad = [n for n in names if n not in ENGINES]

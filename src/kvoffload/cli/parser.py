@@ -132,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--engines",
         type=advise.engine_list,
         default=("llamacpp", "vllm"),
-        help="engines to search, comma-separated (default: llamacpp,vllm)",
+        help="engines to search, comma-separated: llamacpp, vllm, ktransformers (default: llamacpp,vllm)",
     )
     ad.add_argument("--json", action="store_true", help="print JSON")
     ad.set_defaults(func=advise.advise)

@@ -30,6 +30,11 @@ ALL = "all"  # --model all: every catalog model
 _KV_FLAG = {"fp16": "f16", "bf16": "auto"}  # the engines' names for the 16-bit cache
 
 
+def kv_flag(engine: str, kv: str) -> str:
+    """Return the cache format as the engine names it (llama.cpp's f16, vLLM's auto)."""
+    return kv if engine == "ktransformers" else _KV_FLAG.get(kv, kv)
+
+
 def model_path(ref: str) -> str:
     """Return the user's model file (a .gguf path or a config.json's folder), '' for a catalog id."""
     if ref in model_ids():
@@ -45,6 +50,8 @@ def flags(c: Choice) -> str:
         return NO_OFFLOAD
     if c.engine == "vllm":
         return f"--cpu-offload-gb {o['cpu_offload_gb']:g}"
+    if c.engine == "ktransformers":
+        return "experts on the CPU" + (", USE_NUMA=1" if o.get("use_numa") else "")
     words = []
     if "override_tensor" in o:
         words.append(f"-ot {o['override_tensor']}")
@@ -62,7 +69,7 @@ def row(c: Choice, model: Model, wl: Workload, path: str = "") -> dict[str, Any]
     return {
         "engine": c.engine,
         "weights": c.weights,
-        "kv": _KV_FLAG.get(c.kv, c.kv),
+        "kv": kv_flag(c.engine, c.kv),
         "offload": flags(c),
         "options": dict(c.options),
         "tokens_per_s": c.tokens_per_s,
@@ -101,7 +108,7 @@ class Advice:
             "tried": s.tried,
             "configurations": self.rows,
             "left_out": [
-                {"engine": e, "weights": w, "kv": _KV_FLAG.get(k, k), "why": why}
+                {"engine": e, "weights": w, "kv": kv_flag(e, k), "why": why}
                 for e, w, k, why in s.left_out
             ],
         }

@@ -14,7 +14,11 @@ bisection by ``model/search.py``:
   over the GPUs) and ``-sm tensor`` (every layer split over them, all-reduces between; where
   llama.cpp takes it: an unquantised cache, an architecture it implements), kept where it fits,
   so the fastest split mode ranks first;
-- vLLM: the smallest ``--cpu-offload-gb`` (whole GiB) that fits.
+- vLLM: the smallest ``--cpu-offload-gb`` (whole GiB) that fits;
+- KTransformers (asked for with ``engines``; not searched by default): its one placement, every
+  routed expert on the CPU with the model type's optimize rule and ``cpu_infer`` at its default,
+  and on a host of two sockets also built with ``USE_NUMA=1`` (the experts on both sockets);
+  a model type it ships no rule for is left out with its reason.
 
 Formats run from the largest to the smallest; a smaller weight or KV format never holds more
 bytes nor reads more per token, so ``fastest_only`` tries only the smallest of each engine, and
@@ -30,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from kvoffload.engines.each import ktransformers
 from kvoffload.engines.registry import validate_options
 from kvoffload.engines.scenario import held_memory, predict
 from kvoffload.inputs.errors import InputError
@@ -41,7 +46,8 @@ from kvoffload.model.decode import Memory
 from kvoffload.model.prediction import Prediction, Scenario, shortfalls
 from kvoffload.model.search import largest_true
 
-ENGINES = ("llamacpp", "vllm")  # the engines advised, in the order they are listed
+ENGINES = ("llamacpp", "vllm")  # the engines advised by default, in the order they are listed
+ALL_ENGINES = (*ENGINES, "ktransformers")  # the engines ``engines`` may name
 GENERATE = 128  # tokens generated at the end of the context (the step is their mean)
 GiB = 2**30
 
@@ -50,6 +56,7 @@ LLAMACPP_FORMATS = ("q8_0", "q6_k", "q5_k_m", "q4_k_m")
 LLAMACPP_KV = ("fp16", "q8_0", "q4_0")  # -ctk/-ctv f16, q8_0, q4_0
 VLLM_FORMATS = ("bf16", "fp8", "int4")
 VLLM_KV = ("bf16", "fp8")  # --kv-cache-dtype auto (the model's 16 bits), fp8
+KT_KV = ("bf16",)  # KTransformers' cache: the model's 16 bits (its optimize rules set no other)
 
 NO_OFFLOAD = "no offload needed"
 NGL = "-ngl"
@@ -57,6 +64,7 @@ NCMOE = "--n-cpu-moe"
 EXPS_CPU = "-ot exps=CPU"
 NO_KV = "--no-kv-offload"
 CPU_OFFLOAD = "--cpu-offload-gb"
+KT_EXPERTS = "every expert on the CPU (KTransformers)"
 
 
 def weight_formats(model: Model, engine: str) -> tuple[str, ...]:
@@ -70,13 +78,13 @@ def weight_formats(model: Model, engine: str) -> tuple[str, ...]:
     if getattr(model, "gguf_tensors", ()):
         return ("gguf",) if engine == "llamacpp" else ()
     if model.ships_mxfp4_experts:
-        return ("mxfp4_moe",) if engine == "llamacpp" else ("mxfp4",)
-    return LLAMACPP_FORMATS if engine == "llamacpp" else VLLM_FORMATS
+        return ("mxfp4",) if engine == "vllm" else ("mxfp4_moe",)
+    return VLLM_FORMATS if engine == "vllm" else LLAMACPP_FORMATS  # KTransformers reads GGUFs
 
 
 def kv_formats(engine: str) -> tuple[str, ...]:
     """Return the KV formats tried on ``engine``, largest first."""
-    return LLAMACPP_KV if engine == "llamacpp" else VLLM_KV
+    return {"llamacpp": LLAMACPP_KV, "vllm": VLLM_KV}.get(engine, KT_KV)
 
 
 def candidates(
@@ -264,6 +272,15 @@ def _vllm(probe: _Probe, model: Model, system: System) -> list[Choice]:
     return [probe.choice({"cpu_offload_gb": gb} if gb else {}, CPU_OFFLOAD if gb else NO_OFFLOAD)]
 
 
+def _ktransformers(probe: _Probe, model: Model, system: System) -> list[Choice]:
+    """Return KTransformers' configurations: its default rule, and built with USE_NUMA=1 on a
+    host of several sockets (InputError where it ships no rule for the model)."""
+    sc = probe._scenario({})
+    base = {"optimize_config_path": ktransformers.rule(sc), "cpu_infer": ktransformers.threads(sc)}
+    setups = [base, {**base, "use_numa": True}] if system.host.sockets > 1 else [base]
+    return [probe.choice(o, KT_EXPERTS) for o in setups if probe.gpu_fits(o)]
+
+
 def search(
     system: System,
     model: Model,
@@ -286,17 +303,23 @@ def search(
     for engine in engines:
         formats, kvs = candidates(model, engine, fastest_only)
         if not formats:
-            left.append((engine, "", "", "serves a Hugging Face checkpoint, not a .gguf file"))
+            why = (
+                "reads a GGUF folder beside the model's config.json, not one .gguf file"
+                if engine == "ktransformers"
+                else "serves a Hugging Face checkpoint, not a .gguf file"
+            )
+            left.append((engine, "", "", why))
             continue
         for fmt in formats:
             for kvf in kvs:
                 probe = _Probe(system, model, engine, fmt, kvf, workload)
                 try:
-                    got = (
-                        _llamacpp(probe, model.n_layers, model.moe is not None)
-                        if engine == "llamacpp"
-                        else _vllm(probe, model, system)
-                    )
+                    if engine == "llamacpp":
+                        got = _llamacpp(probe, model.n_layers, model.moe is not None)
+                    elif engine == "ktransformers":
+                        got = _ktransformers(probe, model, system)
+                    else:
+                        got = _vllm(probe, model, system)
                 except InputError as exc:  # the engine refuses this model or machine
                     got = []
                     left.append((engine, fmt, kvf, str(exc)))
