@@ -155,3 +155,16 @@ def test_without_a_numa_policy_every_thread_computes_at_the_full_per_core_rate()
     assert ktransformers.expert_compute_rate(numa, 60) == pytest.approx(
         per_core * min(65, cores) * (1 + share) / 2
     )
+
+
+def test_an_amx_kernel_is_refused_on_a_host_without_amx_and_runs_where_it_is_not_stated():
+    amx = {"optimize_config_path": "Qwen3Moe-serve-amx.yaml"}
+    qwen = {**BASE, "model": "qwen3-30b-a3b", "options": amx}
+    assert predict(parse_scenario(qwen, name="kt"), check=False).ttft_s > 0  # Sapphire Rapids
+    for options, field in ((amx, "optimize_config_path"), ({"backend": "AMXBF16"}, "backend")):
+        desktop = {**qwen, "hardware": "rtx-4090-desktop", "options": options}
+        with pytest.raises(InputError) as e:
+            predict(parse_scenario(desktop, name="kt"), check=False)
+        assert f"options.{field}" in str(e.value) and "amx: false" in str(e.value)
+    unknown = {**qwen, "hardware": "a6000-lambda"}  # the CPU is not stated: amx not given
+    assert predict(parse_scenario(unknown, name="kt"), check=False).ttft_s > 0

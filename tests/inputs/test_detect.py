@@ -199,3 +199,27 @@ def test_cli_detect_prints_yaml_json_and_writes_out(tmp_path):
     assert load_system(str(out)).host.memory.source == detect.SOURCE
     yaml_text = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     assert yaml_text.startswith("id: detected")
+
+
+def test_amx_is_read_from_the_cpus_flags_and_kept_in_the_detected_host():
+    """Intel AMX (KTransformers' AMXInt8 / AMXBF16 kernels) is the flags' amx_tile: present,
+    absent, an Arm listing (no AMX) or no flags at all (not read)."""
+    xeon = "processor\t: 0\nmodel name\t: Intel Xeon Gold 6454S\nflags\t\t: fpu avx512f amx_bf16 amx_tile amx_int8\n"
+    assert probe.parse_cpuinfo(xeon).amx is True
+    assert probe.parse_cpuinfo(xeon.replace(" amx_tile", "")).amx is False
+    assert probe.parse_cpuinfo("processor\t: 0\nFeatures\t: fp asimd sve\n").amx is False
+    assert probe.parse_cpuinfo(CPUINFO_5950X).amx is None
+    flagged = CPUINFO_5950X.replace("core id", "flags\t\t: avx2 amx_tile\ncore id")
+    raw = detect.detected_profile(_reading(cpuinfo=flagged))
+    assert raw["host"]["amx"] is True
+    assert build_system(raw, ident=raw["id"], origin="test").host.amx is True
+
+
+def test_the_catalog_says_which_hosts_have_amx():
+    hosts = catalog.parts("host")
+    for ident, part in hosts.items():
+        name = part["name"]
+        if any(w in name for w in ("EPYC", "Ryzen", "Threadripper", "Grace", "Core i9")):
+            assert part.get("amx") is False, ident
+        if any(w in name for w in ("8480", "6454S")):
+            assert part.get("amx") is True, ident

@@ -197,6 +197,8 @@ def _host_part(reading: Reading, notes: list[str]) -> dict:
     if cpu.threads:
         said.append(f"{cpu.threads} threads")
     part["name"] = ", ".join(said)[:120]
+    if cpu.amx is not None:  # read from the CPU's flags, not the matched part's
+        part["amx"] = cpu.amx
     if mem.total_bytes:
         part["memory"] = _detected(f"{mem.total_bytes} B", mem.tool, "MemTotal, what the OS sees")
     if cpu.cores and cpu.cores != base.get("cores"):

@@ -151,6 +151,9 @@ class Host(Part, kw_only=True):
     sockets: Annotated[int, Meta(ge=1, le=8)] = 1
     # the achievable rate at which one socket reads another's DRAM, per direction (UPI, xGMI)
     cross_socket_bandwidth: CrossSocketBandwidth | None = None
+    # Intel AMX tiles (amx_tile, amx_int8 and amx_bf16 in /proc/cpuinfo: Xeon Sapphire Rapids and
+    # later), which KTransformers' AMXInt8 / AMXBF16 kernels need; None: not stated
+    amx: bool | None = None
 
     @property
     def matmul_threads(self) -> int | None:

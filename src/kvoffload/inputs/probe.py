@@ -39,6 +39,7 @@ class CpuReading:
     threads: int | None = None
     sockets: int | None = None
     tool: str = ""
+    amx: bool | None = None  # the flags name amx_tile (Intel AMX); None: no flags line read
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,7 @@ def parse_cpuinfo(text: str) -> CpuReading:
     physical = core = None
     pairs: set[tuple[str, str]] = set()
     sockets: set[str] = set()
+    amx = None
     for key, value in _fields(text):
         if key == "processor":
             threads += 1
@@ -129,6 +131,10 @@ def parse_cpuinfo(text: str) -> CpuReading:
             sockets.add(value)
         elif key == "core id":
             core = value
+        elif key == "flags" and amx is None:  # x86's feature flags
+            amx = "amx_tile" in value.split()
+        elif key == "features" and amx is None:  # an Arm CPU's: no AMX
+            amx = False
         if physical is not None and core is not None:
             pairs.add((physical, core))
     cores = len(pairs) if pairs and len(pairs) <= threads else None
@@ -138,6 +144,7 @@ def parse_cpuinfo(text: str) -> CpuReading:
         threads=threads if 0 < threads <= 65_536 else None,
         sockets=len(sockets) if 0 < len(sockets) <= 64 else None,
         tool="/proc/cpuinfo",
+        amx=amx,
     )
 
 
@@ -284,6 +291,7 @@ def read_machine(run: Runner = run_tool) -> Reading:
                 cpu.threads or other.threads,
                 cpu.sockets or other.sockets,
                 "lscpu" if cpu.cores is None else cpu.tool,
+                cpu.amx,
             )
         elif why:
             skipped.append(why)

@@ -249,6 +249,14 @@ def _refuse_options(sc: Scenario) -> None:
             f"options.cache_lens is {o.cache_lens} tokens but the prompt and output need "
             f"{sc.prompt + sc.generate}"
         )
+    kernel = backend(sc)
+    if kernel in _AMX_FORMAT and sc.system.host.amx is False:
+        where = "options.backend" if o.backend else "options.optimize_config_path"
+        raise InputError(
+            f"{kernel} runs on Intel AMX tiles (Xeon Sapphire Rapids or later), which "
+            f"{sc.system.host.name} has not (host amx: false); use the llamafile backend",
+            field=where,
+        )
     sockets = sc.system.host.sockets
     if o.numactl_node is not None and o.numactl_node >= sockets:
         raise InputError(
