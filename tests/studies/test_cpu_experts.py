@@ -10,7 +10,7 @@ from kvoffload.inputs.hardware import load_system
 from kvoffload.inputs.models import load_model
 from kvoffload.report import moe_charts
 from kvoffload.studies import cpu_experts
-from kvoffload.studies.advise_commands import parse_command
+from kvoffload.studies.advise_commands import command_line, parse_command
 
 DESKTOP = "rtx-4090-desktop"
 SERVER = "rtx-4090-2s-xeon-6454s"  # two sockets: each engine's NUMA row as well
@@ -97,3 +97,14 @@ def test_the_stand_in_has_a_rule():
     assert cpu_experts.takes(cpu_experts.STAND_IN)
     assert not cpu_experts.takes("gpt-oss-120b")
     assert load_model(cpu_experts.STAND_IN).model_type in ktransformers.DEFAULT_RULES
+
+
+def test_a_server_rule_starts_the_server_whatever_its_backend():
+    model = load_model("qwen3-235b-a22b")
+    for rule in ("Qwen3Moe-serve.yaml", "Qwen3Moe-serve-amx.yaml"):
+        line = command_line("ktransformers", model, "bf16", "bf16",
+                            {"optimize_config_path": rule}, 8192, 1)  # fmt: skip
+        assert line.startswith("python ktransformers/server/main.py --architectures ")
+        assert line.endswith(
+            f"optimize_rules/{rule} --backend_type balance_serve --cache_lens 8192"
+        )

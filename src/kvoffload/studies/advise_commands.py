@@ -7,8 +7,8 @@ needs flash attention), ``-c`` (the context of every slot together) and ``-np`` 
 ``--max-model-len`` and ``--max-num-seqs``. KTransformers (kvcache-ai/ktransformers at
 95009ea6856c0799e517e93cb12be5e8494bc7ce, archive/ktransformers): ``local_chat.py``'s arguments
 (``--model_path``, ``--gguf_path``, ``--optimize_config_path``, ``--cpu_infer``,
-``--max_new_tokens``), and for a ``-serve`` rule the server's (server/args.py: the same, with
-``--architectures``, ``--backend_type balance_serve`` and ``--cache_lens``), as doc/en/AMX.md
+``--max_new_tokens``), and for a ``-serve`` rule (``Qwen3Moe-serve-amx.yaml`` too) the server's
+(server/args.py: the same, with ``--architectures``, ``--backend_type balance_serve`` and ``--cache_lens``), as doc/en/AMX.md
 starts it; ``numactl -N k -m k`` before it for ``numactl_node``, and for ``use_numa`` (a build
 flag) the install run again with it, ``USE_NUMA=1 bash ./install.sh`` (doc/en/install.md).
 """
@@ -121,7 +121,7 @@ def _ktransformers_args(
     if options.get("numactl_node") is not None:
         node = str(options["numactl_node"])
         args += ["numactl", "-N", node, "-m", node]
-    if rule.endswith("-serve.yaml"):
+    if "-serve" in rule:
         args += ["python", "ktransformers/server/main.py", "--architectures",
                  _KT_ARCHITECTURES[model.model_type]]  # fmt: skip
     else:
@@ -130,7 +130,7 @@ def _ktransformers_args(
     args += ["--optimize_config_path", KT_RULES + rule.rsplit("/", 1)[-1]]
     if options.get("cpu_infer"):
         args += ["--cpu_infer", str(options["cpu_infer"])]
-    if rule.endswith("-serve.yaml"):
+    if "-serve" in rule:
         args += ["--backend_type", "balance_serve", "--cache_lens", str(context)]
     return args
 
