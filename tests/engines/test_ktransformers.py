@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from kvoffload.engines.each import ktransformers
@@ -18,8 +19,13 @@ BASE = {
 }
 
 
+AMX = {"optimize_config_path": "DeepSeek-V3-Chat-amx.yaml"}  # the experts from a BF16 GGUF
+
+
 def _sc(options: dict | None = None, **workload: int):
     raw = {**BASE, "options": options or {}, "workload": {**BASE["workload"], **workload}}
+    if ktransformers.RULES.get((options or {}).get("optimize_config_path"), "").startswith("AMX"):
+        raw["precision"] = {"weights": "bf16", "kv": "bf16"}  # KExpertsCPU.load's assertion
     return parse_scenario(raw, name="kt")
 
 
@@ -159,7 +165,8 @@ def test_without_a_numa_policy_every_thread_computes_at_the_full_per_core_rate()
 
 def test_an_amx_kernel_is_refused_on_a_host_without_amx_and_runs_where_it_is_not_stated():
     amx = {"optimize_config_path": "Qwen3Moe-serve-amx.yaml"}
-    qwen = {**BASE, "model": "qwen3-30b-a3b", "options": amx}
+    qwen = {**BASE, "model": "qwen3-30b-a3b", "options": amx,
+            "precision": {"weights": "bf16", "kv": "bf16"}}  # fmt: skip
     assert predict(parse_scenario(qwen, name="kt"), check=False).ttft_s > 0  # Sapphire Rapids
     for options, field in ((amx, "optimize_config_path"), ({"backend": "AMXBF16"}, "backend")):
         desktop = {**qwen, "hardware": "rtx-4090-desktop", "options": options}
@@ -168,3 +175,40 @@ def test_an_amx_kernel_is_refused_on_a_host_without_amx_and_runs_where_it_is_not
         assert f"options.{field}" in str(e.value) and "amx: false" in str(e.value)
     unknown = {**qwen, "hardware": "a6000-lambda"}  # the CPU is not stated: amx not given
     assert predict(parse_scenario(unknown, name="kt"), check=False).ttft_s > 0
+
+
+def test_an_amx_kernel_needs_bf16_experts_as_the_loader_asserts():
+    raw = {**BASE, "options": AMX}  # BASE's Q4_K_M file
+    with pytest.raises(InputError) as e:
+        predict(parse_scenario(raw, name="kt"), check=False)
+    assert "precision.weights" in str(e.value) and "not Q4_K_M" in str(e.value)
+    assert predict(_sc(AMX), check=False).tpot_s > 0
+
+
+def test_the_gpu_holds_every_linear_as_marlin_int4_and_kv_b_in_bf16():
+    """The optimize rules send each Linear to the GPU as KLinearMarlin (4 bits, group 64),
+    kv_b_proj apart (a torch Linear in bf16): the GPU's bytes are those, whatever the GGUF."""
+    from kvoffload.inputs.precision import WeightFormat
+    from kvoffload.model import tensor_groups
+
+    q4, bf16 = predict(_sc({})), predict(_sc(AMX))
+    model = _sc({}).model
+    marlin = tensor_groups.tensor_table(model, WeightFormat.INT4_G64)
+    table = tensor_groups.tensor_table(model, WeightFormat.Q4_K_M)
+    held = ktransformers.gpu_nbytes(model, table)
+    kv_b = np.array([".attn_kv_b." in n for n in table.names])
+    assert kv_b.sum() == model.n_layers and (held[kv_b] == table.params[kv_b] * 2).all()
+    linear = (
+        table.matrix
+        & ~table.routed
+        & ~kv_b
+        & (table.group != tensor_groups.GROUPS.index("embeddings"))
+    )
+    assert (held[linear] == marlin.nbytes[linear]).all()
+    # the matrices' bytes do not depend on the file's format; the KV and embeddings differ
+    gap = float(q4.memory.gpu) - float(bf16.memory.gpu)
+    emb = tensor_groups.tensor_table(model, WeightFormat.BF16)
+    vectors = ~linear & ~kv_b & ~table.routed
+    assert gap == pytest.approx(
+        float(table.nbytes[vectors].sum() - emb.nbytes[vectors].sum()), rel=1e-6, abs=2e8
+    )

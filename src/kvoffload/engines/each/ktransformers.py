@@ -10,7 +10,10 @@ single-request engine, now under ``archive/ktransformers/``):
   ``KTransformersExperts`` with ``generate_device: "cpu"``, ``generate_op: "KExpertsCPU"``:
   every routed expert lives in host memory and runs on the CPU. The rule's ``backend`` kwarg
   picks the CPU kernel: ``llamafile`` (default; the GGUF's own quantisation) or ``AMXInt8`` /
-  ``AMXBF16`` (``DeepSeek-V3-Chat-amx.yaml``; the experts repacked to int8 or bf16).
+  ``AMXBF16`` (``DeepSeek-V3-Chat-amx.yaml``; the experts repacked to int8 or bf16, from a BF16
+  GGUF: ``KExpertsCPU.load`` asserts it). Every ``torch.nn.Linear`` a rule sends to the GPU runs
+  as ``KLinearMarlin`` / ``VLinearMarlin`` (4 bits, group 64, quantised at load), the rules
+  leaving ``self_attn.kv_b_proj`` a bf16 torch Linear.
 - Prefill runs on the CPU experts too: ``KTransformersExperts.load`` defaults to
   ``InferenceState.GENERATE`` (operators/experts.py), so the ``KExpertsTorch`` prefill op on
   ``cuda`` is never loaded; the prompt goes through in chunks of ``chunk_size`` (local_chat.py,
@@ -53,6 +56,7 @@ from kvoffload.engines.single_gpu import refuse_several_gpus
 from kvoffload.engines.spec import EngineSpec
 from kvoffload.inputs import catalog
 from kvoffload.inputs.errors import FieldError, InputError
+from kvoffload.inputs.models import Model
 from kvoffload.inputs.precision import WeightFormat
 from kvoffload.inputs.text import Strict
 from kvoffload.model import cpu_rate, decode, kv, routing, tensor_groups
@@ -97,6 +101,11 @@ Backend = Literal["llamafile", "AMXInt8", "AMXBF16"]
 _AMX_FORMAT = {"AMXInt8": WeightFormat.INT8, "AMXBF16": WeightFormat.BF16}
 AMX_MIN_TOKENS_PER_EXPERT = 4  # doc/en/AMX.md: AMX above 4 tokens per expert, else AVX-512
 HIDDEN_BYTES = 2  # the pinned bf16 host buffer of the hidden state (KExpertsCPU.input_tensor_cpu)
+# every Linear a rule sends to the GPU runs as KLinearMarlin / VLinearMarlin (operators/linear.py:
+# num_bits 4, group_size 64), quantised at load whatever the GGUF's type; a rule excludes
+# self_attn.kv_b_proj, which stays a torch Linear in the model's bf16
+MARLIN = WeightFormat.INT4_G64
+TORCH_BYTES = 2  # bf16
 
 
 @cache
@@ -236,6 +245,16 @@ def expert_compute_rate(sc: Scenario, tokens_per_expert: float) -> float:
     return per_core * min(threads(sc), cores) * _socket_scale(sc)[1]
 
 
+def _expert_types(sc: Scenario) -> set[str]:
+    """Return the GGUF types of the routed experts: a .gguf file's own, else the format's name."""
+    fmt = sc.setup.weights
+    if fmt is not WeightFormat.GGUF:
+        return {fmt.value.upper()}
+    table = tensor_groups.tensor_table(sc.model, fmt)
+    types = np.array(sc.model.gguf_types)
+    return {str(t).upper() for t in types[table.routed]}
+
+
 def _refuse_options(sc: Scenario) -> None:
     o = sc.options
     refuse_several_gpus(sc, "ktransformers", "its multi-GPU optimize rules are")
@@ -257,6 +276,12 @@ def _refuse_options(sc: Scenario) -> None:
             f"{sc.system.host.name} has not (host amx: false); use the llamafile backend",
             field=where,
         )
+    if kernel in _AMX_FORMAT and _expert_types(sc) != {"BF16"}:
+        raise InputError(
+            f"{kernel} loads the routed experts from a BF16 GGUF (KExpertsCPU.load asserts "
+            f"gate, up and down are BF16), not {', '.join(sorted(_expert_types(sc)))}",
+            field="precision.weights",
+        )
     sockets = sc.system.host.sockets
     if o.numactl_node is not None and o.numactl_node >= sockets:
         raise InputError(
@@ -270,6 +295,19 @@ def _refuse_options(sc: Scenario) -> None:
         )
 
 
+def gpu_nbytes(model: Model, table: tensor_groups.TensorTable) -> np.ndarray:
+    """Return each tensor's bytes as KTransformers holds it off the CPU experts: a matrix in
+    Marlin's int4 (group 64), ``kv_b_proj`` in bf16, embeddings, norms and vectors as the GGUF has
+    them (routed experts: the GGUF's bytes, unused on the GPU)."""
+    marlin = tensor_groups.tensor_table(model, MARLIN)
+    kv_b = np.array([".attn_kv_b." in name for name in table.names])
+    linear = (
+        table.matrix & ~table.routed & (table.group != tensor_groups.GROUPS.index("embeddings"))
+    )
+    out = np.where(linear, marlin.nbytes, table.nbytes)
+    return np.where(kv_b, table.params * TORCH_BYTES, out).astype(np.float64)
+
+
 def _parts(sc: Scenario) -> dict:
     """Return the per-position bytes and FLOPs of the GPU part and the CPU experts."""
     model, fmt = sc.model, sc.setup.weights
@@ -281,6 +319,7 @@ def _parts(sc: Scenario) -> dict:
     k, n = lay.expert_use
     return {
         "table": table,
+        "gpu_nbytes": gpu_nbytes(model, table),
         "routed": routed,
         "shared": shared,
         "k_n": (k, n),
@@ -301,8 +340,9 @@ def predict(sc: Scenario) -> Prediction:
     k, n = p["k_n"]
     batch = sc.batch
     touched = float(routing.touched_share(n, k, batch, sc.setup.routing.effective_experts))
-    w_gpu = table.by_position(table.nbytes, ~routed & ~shared)
-    w_shared = table.by_position(table.nbytes, shared)
+    gpu_held = p["gpu_nbytes"]
+    w_gpu = table.by_position(gpu_held, ~routed & ~shared)
+    w_shared = table.by_position(gpu_held, shared)
     f_gpu = 2 * batch * table.by_position(table.params, ~routed)
     cpu_s = p["expert_bytes"] * touched / expert_stream_rate(sc)
     hbm, att_bw = system.gpu.streaming_bandwidth, system.gpu.attention_rate
@@ -342,7 +382,7 @@ def predict(sc: Scenario) -> Prediction:
     kv_total = float(kv.layer_bytes(sc.setup.cache_model, o.cache_lens or final, sc.setup.kv).sum())
     copies = system.host.sockets if _numa(sc) == "distribute" else 1
     host_bytes = float(p["expert_bytes"].sum()) * copies
-    gpu_bytes = float(table.nbytes[~routed].sum())
+    gpu_bytes = float(gpu_held[~routed].sum())
     return Prediction(
         scenario=sc,
         tpot_s=float(tpot),
@@ -404,7 +444,7 @@ def _prefill_s(sc: Scenario, p: dict) -> float:
         touched = float(routing.touched_share(n, k, tokens, sc.setup.routing.effective_experts))
         stream = float(p["expert_bytes"].sum()) * touched / expert_stream_rate(sc)
         cpu = max(expert_flops / expert_compute_rate(sc, tokens * k / n), stream)
-        gpu_bytes = float(p["table"].nbytes[~p["routed"]].sum())
+        gpu_bytes = float(p["gpu_nbytes"][~p["routed"]].sum())
         gpu = max(
             (flops_all - expert_flops) / system.compute_rate,
             gpu_bytes / system.gpu.streaming_bandwidth,
