@@ -181,7 +181,8 @@ def test_ktransformers_is_searched_when_asked_with_its_rule_and_numa_build():
     kt = a.search.choices
     assert [c.options.get("use_numa", False) for c in kt if c.weights == "q4_k_m"] == [True, False]
     for c in kt:
-        assert c.options["optimize_config_path"] == "DeepSeek-V3-Chat.yaml"
+        amx = c.weights == "bf16"  # the BF16 file: the AMX rule (an AMX host)
+        assert c.options["optimize_config_path"] == f"DeepSeek-V3-Chat{'-amx' * amx}.yaml"
         assert c.tpot_s == pytest.approx(_predict(server, a.search.model, c, WL).tpot_s)
     numa = next(r for r in a.rows if r["options"].get("use_numa"))
     assert numa["command"].startswith("USE_NUMA=1 bash ./install.sh && python -m ")
@@ -194,3 +195,17 @@ def test_ktransformers_leaves_out_a_model_type_it_has_no_rule_for_with_its_reaso
     a = advise(load_system(RTX), "gpt-oss-120b", WL, engines=("ktransformers",))
     assert not a.search.choices
     assert any("no optimize rule for model_type 'gpt_oss'" in why for *_, why in a.search.left_out)
+
+
+def test_ktransformers_amx_runs_a_bf16_gguf_on_an_amx_host_only():
+    server = load_system("rtx-4090-2s-xeon-6454s")
+    a = advise(server, "qwen3-235b-a22b", Workload(8192), engines=("ktransformers",))
+    amx = [c for c in a.search.choices if c.weights == "bf16"]
+    assert amx and all(c.options["optimize_config_path"] == "Qwen3Moe-serve-amx.yaml" for c in amx)
+    assert all(c.options["optimize_config_path"] == "Qwen3Moe-serve.yaml"
+               for c in a.search.choices if c.weights != "bf16")  # fmt: skip
+    best = search(server, a.search.model, Workload(8192), ("ktransformers",), fastest_only=True)
+    assert best.choices[0] == a.search.choices[0]  # --model all keeps the BF16 file in view
+    desk = advise(load_system(RTX), "qwen3-30b-a3b", WL, engines=("ktransformers",))
+    assert desk.search.choices and all(c.weights != "bf16" for c in desk.search.choices)
+    assert any(w == "bf16" and "AMX" in why for _, w, _, why in desk.search.left_out)

@@ -18,7 +18,8 @@ bisection by ``model/search.py``:
 - KTransformers (asked for with ``engines``; not searched by default): its one placement, every
   routed expert on the CPU with the model type's optimize rule and ``cpu_infer`` at its default,
   and on a host of two sockets also built with ``USE_NUMA=1`` (the experts on both sockets);
-  a model type it ships no rule for is left out with its reason.
+  with a BF16 GGUF, on a host with AMX, the model type's AMX rule (its kernels load BF16 experts
+  only); a model type it ships no rule for is left out with its reason.
 
 Formats run from the largest to the smallest; a smaller weight or KV format never holds more
 bytes nor reads more per token, so ``fastest_only`` tries only the smallest of each engine, and
@@ -79,7 +80,9 @@ def weight_formats(model: Model, engine: str) -> tuple[str, ...]:
         return ("gguf",) if engine == "llamacpp" else ()
     if model.ships_mxfp4_experts:
         return ("mxfp4",) if engine == "vllm" else ("mxfp4_moe",)
-    return VLLM_FORMATS if engine == "vllm" else LLAMACPP_FORMATS  # KTransformers reads GGUFs
+    if engine == "ktransformers":  # a BF16 GGUF for its AMX kernels, else llama.cpp's files
+        return ("bf16", *LLAMACPP_FORMATS)
+    return VLLM_FORMATS if engine == "vllm" else LLAMACPP_FORMATS
 
 
 def kv_formats(engine: str) -> tuple[str, ...]:
@@ -98,7 +101,12 @@ def candidates(
     """
     formats, kvs = weight_formats(model, engine), kv_formats(engine)
     if fastest_only and formats:
-        formats = formats[-1:]
+        # KTransformers' BF16 file runs another kernel (AMX), so it stays beside the smallest
+        formats = (
+            tuple(dict.fromkeys((formats[0], formats[-1])))
+            if engine == "ktransformers"
+            else formats[-1:]
+        )
         kvs = tuple(dict.fromkeys((kvs[0], kvs[-1]))) if engine == "llamacpp" else kvs[-1:]
     return formats, kvs
 
@@ -276,7 +284,15 @@ def _ktransformers(probe: _Probe, model: Model, system: System) -> list[Choice]:
     """Return KTransformers' configurations: its default rule, and built with USE_NUMA=1 on a
     host of several sockets (InputError where it ships no rule for the model)."""
     sc = probe._scenario({})
-    base = {"optimize_config_path": ktransformers.rule(sc), "cpu_infer": ktransformers.threads(sc)}
+    rule = ktransformers.rule(sc)
+    if probe.weights == "bf16":  # a BF16 GGUF: the AMX kernels, which need AMX and a rule
+        rule = ktransformers.amx_rule(model.model_type) or ""
+        if not (system.host.amx and rule):
+            raise InputError(
+                "a BF16 GGUF is searched for KTransformers' AMX kernels only, which "
+                + ("this host has not (amx not true)" if rule else "it ships no rule for")
+            )
+    base = {"optimize_config_path": rule, "cpu_infer": ktransformers.threads(sc)}
     setups = [base, {**base, "use_numa": True}] if system.host.sockets > 1 else [base]
     return [probe.choice(o, KT_EXPERTS) for o in setups if probe.gpu_fits(o)]
 

@@ -176,6 +176,12 @@ def rule(sc: Scenario) -> str:
     return name
 
 
+def amx_rule(model_type: str) -> str | None:
+    """Return the shipped rule that runs a model type's experts on AMX, None where none does."""
+    found = [r for r, kind in RULES.items() if kind != "llamafile" and model_type in RULE_MODELS[r]]
+    return found[0] if found else None
+
+
 def backend(sc: Scenario) -> str:
     """Return the CPU expert backend: the option, else the one the optimize rule names."""
     return sc.options.backend or RULES[rule(sc)]
