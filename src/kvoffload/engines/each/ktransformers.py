@@ -13,7 +13,8 @@ single-request engine, now under ``archive/ktransformers/``):
   ``AMXBF16`` (``DeepSeek-V3-Chat-amx.yaml``; the experts repacked to int8 or bf16, from a BF16
   GGUF: ``KExpertsCPU.load`` asserts it). Every ``torch.nn.Linear`` a rule sends to the GPU runs
   as ``KLinearMarlin`` / ``VLinearMarlin`` (4 bits, group 64, quantised at load), the rules
-  leaving ``self_attn.kv_b_proj`` a bf16 torch Linear.
+  leaving ``self_attn.kv_b_proj`` a bf16 torch Linear; every rule keeps ``model.embed_tokens``
+  on the CPU (a bf16 torch Embedding).
 - Prefill runs on the CPU experts too: ``KTransformersExperts.load`` defaults to
   ``InferenceState.GENERATE`` (operators/experts.py), so the ``KExpertsTorch`` prefill op on
   ``cuda`` is never loaded; the prompt goes through in chunks of ``chunk_size`` (local_chat.py,
@@ -326,6 +327,10 @@ def _parts(sc: Scenario) -> dict:
     return {
         "table": table,
         "gpu_nbytes": gpu_nbytes(model, table),
+        # every rule keeps ``model.embed_tokens`` on the CPU (class "default": a torch Embedding,
+        # bf16), its rows looked up there; a tied table is the output layer's, on the GPU
+        "cpu_side": (table.group == tensor_groups.GROUPS.index("embeddings"))
+        & (table.position < 0),
         "routed": routed,
         "shared": shared,
         "k_n": (k, n),
@@ -387,8 +392,11 @@ def predict(sc: Scenario) -> Prediction:
     final = sc.prompt + sc.generate
     kv_total = float(kv.layer_bytes(sc.setup.cache_model, o.cache_lens or final, sc.setup.kv).sum())
     copies = system.host.sockets if _numa(sc) == "distribute" else 1
-    host_bytes = float(p["expert_bytes"].sum()) * copies
-    gpu_bytes = float(gpu_held[~routed].sum())
+    embed = p["cpu_side"]
+    host_bytes = (
+        float(p["expert_bytes"].sum()) * copies + float(table.params[embed].sum()) * TORCH_BYTES
+    )
+    gpu_bytes = float(gpu_held[~routed & ~embed].sum())
     return Prediction(
         scenario=sc,
         tpot_s=float(tpot),
@@ -450,7 +458,7 @@ def _prefill_s(sc: Scenario, p: dict) -> float:
         touched = float(routing.touched_share(n, k, tokens, sc.setup.routing.effective_experts))
         stream = float(p["expert_bytes"].sum()) * touched / expert_stream_rate(sc)
         cpu = max(expert_flops / expert_compute_rate(sc, tokens * k / n), stream)
-        gpu_bytes = float(p["gpu_nbytes"][~p["routed"]].sum())
+        gpu_bytes = float(p["gpu_nbytes"][~p["routed"] & ~p["cpu_side"]].sum())
         gpu = max(
             (flops_all - expert_flops) / system.compute_rate,
             gpu_bytes / system.gpu.streaming_bandwidth,
