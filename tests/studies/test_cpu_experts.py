@@ -108,3 +108,12 @@ def test_a_server_rule_starts_the_server_whatever_its_backend():
         assert line.endswith(
             f"optimize_rules/{rule} --backend_type balance_serve --cache_lens 8192"
         )
+
+
+def test_an_engine_that_does_not_fit_is_never_named_the_faster():
+    r = cpu_experts.compare(DESKTOP, "deepseek-v3")  # 64 GB of host memory
+    kt = r.rows[r.rows["engine"] == cpu_experts.KTRANSFORMERS]
+    assert (
+        not kt["fits"].any() and r.best_of(cpu_experts.KTRANSFORMERS, "decode_tokens_per_s") is None
+    )
+    assert "only llama.cpp fits this machine" in r.sentence and "faster" not in r.sentence

@@ -88,20 +88,14 @@ class CpuExperts:
     context: int
     rows: pd.DataFrame  # one row per setup (columns in ``compare``)
 
-    def fastest(self, metric: str) -> pd.Series:
-        """Return the row with the highest ``metric`` among those that fit."""
-        ok = self.rows[self.rows["fits"]]
-        return (ok if len(ok) else self.rows).sort_values(metric, ascending=False).iloc[0]
-
-    def best_of(self, engine: str, metric: str) -> pd.Series:
-        """Return ``engine``'s row with the highest ``metric`` among those that fit."""
-        rows = self.rows[self.rows["engine"] == engine]
-        ok = rows[rows["fits"]]
-        return (ok if len(ok) else rows).sort_values(metric, ascending=False).iloc[0]
+    def best_of(self, engine: str, metric: str) -> pd.Series | None:
+        """Return ``engine``'s row with the highest ``metric`` among those that fit, else None."""
+        rows = self.rows[(self.rows["engine"] == engine) & self.rows["fits"]]
+        return rows.sort_values(metric, ascending=False).iloc[0] if len(rows) else None
 
     @property
     def sentence(self) -> str:
-        """Return the comparison in words: each engine's best decode and prefill, which is faster."""
+        """Return the comparison in words: each engine's best decode and prefill that fit."""
         model = markdown_text(self.model_name)
         lead = (
             f"KTransformers has no optimize rule for {markdown_text(self.page_model_name)}, so "
@@ -109,13 +103,27 @@ class CpuExperts:
             if self.stand_in
             else ""
         )
-        if not self.rows["fits"].any():
+        where = (
+            f"With every routed expert of {model} on the CPU and a {self.context:,}-token prompt"
+        )
+        metrics = (("decode_tokens_per_s", "decode"), ("prefill_tokens_per_s", "prefill"))
+        fit = {e for e in (LLAMACPP, KTRANSFORMERS) if self.best_of(e, metrics[0][0]) is not None}
+        if not fit:
             return (
                 lead + f"Neither engine holds {model} on this machine with every expert on the CPU."
             )
+        if len(fit) == 1:
+            (engine,) = fit
+            other = KTRANSFORMERS if engine == LLAMACPP else LLAMACPP
+            d, p = (self.best_of(engine, m) for m, _ in metrics)
+            return (
+                lead + f"{where}, only {engine} fits this machine ({other} needs more memory than "
+                f"it has): it decodes at {format_number(d['decode_tokens_per_s'])} tokens/s "
+                f"({markdown_text(d['setting'])}) and prefills at "
+                f"{format_number(p['prefill_tokens_per_s'])} ({markdown_text(p['setting'])})."
+            )
         parts = []
-        for metric, what in (("decode_tokens_per_s", "decode"), ("prefill_tokens_per_s",
-                                                                "prefill")):  # fmt: skip
+        for metric, what in metrics:
             a, b = self.best_of(LLAMACPP, metric), self.best_of(KTRANSFORMERS, metric)
             win, lose = (a, b) if a[metric] >= b[metric] else (b, a)
             parts.append(
@@ -124,11 +132,7 @@ class CpuExperts:
                 f"for {lose['engine']} ({markdown_text(lose['setting'])}), "
                 f"{format_number(win[metric] / lose[metric])}×"
             )
-        return (
-            lead
-            + f"With every routed expert of {model} on the CPU and a {self.context:,}-token "
-            + f"prompt, {parts[0]}; {parts[1]}."
-        )
+        return lead + f"{where}, {parts[0]}; {parts[1]}."
 
 
 def compare(hardware: str, model: str, weights: str = "q4_k_m", context: int = 4096) -> CpuExperts:
