@@ -16,7 +16,7 @@ from typing import Any
 from kvoffload.inputs.hardware import System
 from kvoffload.inputs.models import Model, load_model, model_ids
 from kvoffload.inputs.units import format_bytes, format_number, format_seconds
-from kvoffload.studies.advise_commands import command_line
+from kvoffload.studies.advise_commands import command_line, kv_name
 from kvoffload.studies.advise_search import (
     ENGINES,
     NO_OFFLOAD,
@@ -28,11 +28,6 @@ from kvoffload.studies.advise_search import (
 
 ALL = "all"  # --model all: every catalog model
 _KV_FLAG = {"fp16": "f16", "bf16": "auto"}  # the engines' names for the 16-bit cache
-
-
-def kv_flag(engine: str, kv: str) -> str:
-    """Return the cache format as the engine names it (llama.cpp's f16, vLLM's auto)."""
-    return kv if engine == "ktransformers" else _KV_FLAG.get(kv, kv)
 
 
 def model_path(ref: str) -> str:
@@ -69,7 +64,7 @@ def row(c: Choice, model: Model, wl: Workload, path: str = "") -> dict[str, Any]
     return {
         "engine": c.engine,
         "weights": c.weights,
-        "kv": kv_flag(c.engine, c.kv),
+        "kv": kv_name(c.engine, c.kv),
         "offload": flags(c),
         "options": dict(c.options),
         "tokens_per_s": c.tokens_per_s,
@@ -108,7 +103,7 @@ class Advice:
             "tried": s.tried,
             "configurations": self.rows,
             "left_out": [
-                {"engine": e, "weights": w, "kv": kv_flag(e, k), "why": why}
+                {"engine": e, "weights": w, "kv": kv_name(e, k), "why": why}
                 for e, w, k, why in s.left_out
             ],
         }

@@ -37,6 +37,12 @@ _KT_ARCHITECTURES = {
 KT_RULES = "ktransformers/optimize/optimize_rules/"
 
 
+def kv_name(engine: str, kv: str) -> str:
+    """Return the cache format as the engine's flag names it (llama.cpp's f16, vLLM's auto);
+    KTransformers has no such flag: the format's own name."""
+    return {"llamacpp": _LLAMA_KV, "vllm": _VLLM_KV}.get(engine, {}).get(kv, kv)
+
+
 def all_layers(model: Model) -> int:
     """Return the -ngl that puts every layer on the GPU: 99, or 999 past 98 layers."""
     return ALL_LAYERS if model.n_layers + 1 <= ALL_LAYERS else 999

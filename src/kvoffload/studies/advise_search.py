@@ -292,7 +292,7 @@ def _ktransformers(probe: _Probe, model: Model, system: System) -> list[Choice]:
                 "a BF16 GGUF is searched for KTransformers' AMX kernels only, which "
                 + ("this host has not (amx not true)" if rule else "it ships no rule for")
             )
-    base = {"optimize_config_path": rule, "cpu_infer": ktransformers.threads(sc)}
+    base = ktransformers.launch_options(sc, rule)
     setups = [base, {**base, "use_numa": True}] if system.host.sockets > 1 else [base]
     return [probe.choice(o, KT_EXPERTS) for o in setups if probe.gpu_fits(o)]
 

@@ -149,10 +149,11 @@ def compare(hardware: str, model: str, weights: str = "q4_k_m", context: int = 4
     ):
         sc = _scenario(hardware, used, weights, context, engine, options)
         p = predict(sc, check=False)
-        shown = dict(options)
-        if engine == "ktransformers":
-            shown = {"optimize_config_path": ktransformers.rule(sc), "cpu_infer":
-                     ktransformers.threads(sc), **options}  # fmt: skip
+        shown = (
+            {**ktransformers.launch_options(sc), **options}
+            if engine == "ktransformers"
+            else options
+        )
         rows.append(
             {
                 "engine": label,

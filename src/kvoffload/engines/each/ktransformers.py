@@ -183,6 +183,12 @@ def amx_rule(model_type: str) -> str | None:
     return found[0] if found else None
 
 
+def launch_options(sc: Scenario, rule_name: str | None = None) -> dict:
+    """Return the options a command line spells out, defaults resolved: the optimize rule
+    (``rule_name``, else the scenario's) and the ``cpu_infer`` threads."""
+    return {"optimize_config_path": rule_name or rule(sc), "cpu_infer": threads(sc)}
+
+
 def backend(sc: Scenario) -> str:
     """Return the CPU expert backend: the option, else the one the optimize rule names."""
     return sc.options.backend or RULES[rule(sc)]
