@@ -47,20 +47,25 @@ tutorial's V0.2.1 runs; 0.2.0's PyTorch matmuls on issue #314), far above its by
 
 from __future__ import annotations
 
-from functools import cache
 from typing import Annotated, Literal
 
 import numpy as np
 from msgspec import Meta
 
+from kvoffload.engines.each.ktransformers import sglang as ktransformers_sglang
+from kvoffload.engines.each.ktransformers.cpu_kernels import (
+    HIDDEN_BYTES,
+    compute_rate,
+    constants,
+    stream_rate,
+)
 from kvoffload.engines.single_gpu import refuse_several_gpus
 from kvoffload.engines.spec import EngineSpec
-from kvoffload.inputs import catalog
 from kvoffload.inputs.errors import FieldError, InputError
 from kvoffload.inputs.models import Model
 from kvoffload.inputs.precision import WeightFormat
 from kvoffload.inputs.text import Strict
-from kvoffload.model import cpu_rate, decode, kv, routing, tensor_groups
+from kvoffload.model import decode, kv, routing, tensor_groups
 from kvoffload.model.prediction import Prediction, Resolved, Scenario
 
 # the optimize rules shipped in optimize/optimize_rules/, the expert backend each one names and the
@@ -100,8 +105,6 @@ DEFAULT_RULES = {
 }
 Backend = Literal["llamafile", "AMXInt8", "AMXBF16"]
 _AMX_FORMAT = {"AMXInt8": WeightFormat.INT8, "AMXBF16": WeightFormat.BF16}
-AMX_MIN_TOKENS_PER_EXPERT = 4  # doc/en/AMX.md: AMX above 4 tokens per expert, else AVX-512
-HIDDEN_BYTES = 2  # the pinned bf16 host buffer of the hidden state (KExpertsCPU.input_tensor_cpu)
 # every Linear a rule sends to the GPU runs as KLinearMarlin / VLinearMarlin (operators/linear.py:
 # num_bits 4, group_size 64), quantised at load whatever the GGUF's type; a rule excludes
 # self_attn.kv_b_proj, which stays a torch Linear in the model's bf16
@@ -109,20 +112,10 @@ MARLIN = WeightFormat.INT4_G64
 TORCH_BYTES = 2  # bf16
 
 
-@cache
-def constants() -> dict:
-    """Return KTransformers' engine constants with their sources (catalog/engine_constants.yaml)."""
-    return catalog.load("engine_constants")["ktransformers"]
-
-
 def mla_decode_s(kernel: str = "triton") -> float:
     """Return the seconds KTransformers' MLA decode kernel spends per cached token, layer and
     request: ``triton`` (0.2.1 on) or ``torch`` (0.2.0's matmuls)."""
     return float(constants()[f"mla_decode_{kernel}_ns"]["value"]) * 1e-9
-
-
-def _constant(name: str) -> float:
-    return float(constants()[name]["value"])
 
 
 class Options(Strict, frozen=True):
@@ -140,6 +133,26 @@ class Options(Strict, frozen=True):
     chunk_size: Annotated[int, Meta(ge=1, le=1_048_576)] = 8192
     max_new_tokens: Annotated[int, Meta(ge=1, le=1_048_576)] = 1000
     cache_lens: Annotated[int, Meta(ge=1, le=16_777_216)] | None = None
+    # SGLang's launch_server with kt-kernel (--kt-*; any of them selects it): the method the CPU
+    # experts run in, threads, NUMA pools, GPU experts per MoE layer (or a share of all), the
+    # experts a token defers past its layer, the chunk from which prefill takes whole layers to
+    # the GPU, and SGLang's prefill chunk (default by GPU memory)
+    kt_method: ktransformers_sglang.Method | None = None
+    kt_cpuinfer: Annotated[int, Meta(ge=1, le=4096)] | None = None
+    kt_threadpool_count: Annotated[int, Meta(ge=1, le=64)] | None = None
+    kt_num_gpu_experts: Annotated[int, Meta(ge=0, le=65536)] | None = None
+    kt_gpu_experts_ratio: Annotated[float, Meta(ge=0.0, le=1.0)] | None = None
+    kt_max_deferred_experts_per_token: Annotated[int, Meta(ge=0, le=64)] | None = None
+    kt_gpu_prefill_token_threshold: Annotated[int, Meta(ge=0, le=16_777_216)] | None = None
+    chunked_prefill_size: Annotated[int, Meta(ge=1, le=1_048_576)] | None = None
+    # accepted as SGLang takes them; the model places GPU experts evenly for every strategy
+    # (uniform routing, or routing.effective_experts where measured)
+    kt_expert_placement_strategy: (
+        Literal["uniform", "frequency", "front-loading", "random"] | None
+    ) = None
+    kt_enable_dynamic_expert_update: bool | None = None
+    max_total_tokens: Annotated[int, Meta(ge=1, le=16_777_216)] | None = None  # SGLang's KV pool
+    mem_fraction_static: Annotated[float, Meta(gt=0.0, le=1.0)] | None = None
 
     def __post_init__(self) -> None:
         if self.optimize_config_path is None:
@@ -214,48 +227,21 @@ def _numa(sc: Scenario) -> str | None:
     return "distribute" if sc.options.use_numa and sc.system.host.sockets > 1 else None
 
 
-def _socket_scale(sc: Scenario) -> tuple[float, float]:
-    """Return what ``USE_NUMA``'s sockets add up to, in sockets (each after the first adds
-    ``numa_socket_share`` of one, fitted), and the share of their threads' full rate that is;
-    (1, 1) without it."""
-    if _numa(sc) != "distribute":
-        return 1.0, 1.0
-    used = cpu_rate.sockets_used(sc.system.host, threads(sc), "distribute")
-    worth = 1.0 + (used - 1) * _constant("numa_socket_share")
-    return worth, worth / used
+def _kind(sc: Scenario) -> str:
+    """Return the prefill kernel kind of the rule's backend: llamafile, or AMX's int8 / bf16."""
+    name = backend(sc)
+    return "llamafile" if name == "llamafile" else name[3:].lower()
 
 
 def expert_stream_rate(sc: Scenario) -> float:
-    """Return the rate (B/s) the CPU streams expert weights in decode (the matvec kernels).
-
-    llamafile's kernels reach ``llamafile_bandwidth_share`` of the memory the threads read
-    (fitted); AMX's AVX-512 decode kernel the llama.cpp kernel's share for its format (assumed).
-    """
-    host, fmt, n = sc.system.host, expert_format(sc), threads(sc)
-    if backend(sc) != "llamafile":
-        return cpu_rate.weight_stream_rate(host, fmt, n, _numa(sc))
-    numa = _numa(sc)
-    one = cpu_rate.host_stream_rate(host, n, "isolate" if numa == "distribute" else numa)
-    worth, share = _socket_scale(sc)
-    memory = _constant("llamafile_bandwidth_share") * one * worth
-    cores = cpu_rate.thread_cores(host, numa)
-    n_eff = min(n, cores) if cores else n
-    return min(memory, n_eff * cpu_rate.kernel(fmt).per_thread_bps * share)
+    """Return the rate (B/s) the CPU streams expert weights in decode under the scenario."""
+    kind = "llamafile" if backend(sc) == "llamafile" else "amx"
+    return stream_rate(sc.system.host, kind, expert_format(sc), threads(sc), _numa(sc))
 
 
 def expert_compute_rate(sc: Scenario, tokens_per_expert: float) -> float:
-    """Return the CPU's FLOP/s on the experts in prefill: llamafile's or AMX's rate per core
-    (fitted; AMX's from its published kernel rate), the host's vector rate for AVX-512."""
-    host = sc.system.host
-    name = backend(sc)
-    if name == "llamafile":
-        per_core = _constant("llamafile_gemm_per_core") * 1e9
-    elif tokens_per_expert <= AMX_MIN_TOKENS_PER_EXPERT:
-        return host.flops.value
-    else:
-        per_core = _constant(f"amx_{name[3:].lower()}_per_core") * 1e9
-    cores = cpu_rate.thread_cores(host, _numa(sc)) or threads(sc)
-    return per_core * min(threads(sc), cores) * _socket_scale(sc)[1]
+    """Return the CPU's FLOP/s on the experts in prefill under the scenario."""
+    return compute_rate(sc.system.host, _kind(sc), threads(sc), _numa(sc), tokens_per_expert)
 
 
 def _expert_types(sc: Scenario) -> set[str]:
@@ -348,7 +334,10 @@ def _parts(sc: Scenario) -> dict:
 
 
 def predict(sc: Scenario) -> Prediction:
-    """Return KTransformers' time per token, prefill and memory for the scenario."""
+    """Return KTransformers' time per token, prefill and memory for the scenario: SGLang's
+    kt-kernel engine where a ``kt_*`` option is given, else the single-request engine."""
+    if ktransformers_sglang.active(sc):
+        return ktransformers_sglang.predict(sc)
     rule(sc)  # the optimize rule must serve the model
     _refuse_options(sc)
     system, model, o = sc.system, sc.model, sc.options

@@ -1,0 +1,239 @@
+"""KTransformers inside SGLang (kt-kernel): options as SGLang takes them, experts split by the GPU
+count, deferral that only overlaps, pools that split the experts, prefill hybrid or by layer."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvoffload.engines.each.ktransformers import cpu_kernels
+from kvoffload.engines.each.ktransformers import sglang as kts
+from kvoffload.engines.scenario import parse_scenario, predict
+from kvoffload.inputs.errors import InputError
+from kvoffload.model import tensor_groups
+
+BASE = {
+    "hardware": "rtx-4090-2s-xeon-6454s",
+    "model": "qwen3-30b-a3b",
+    "precision": {"weights": "bf16", "kv": "bf16"},
+    "engine": "ktransformers",
+    "workload": {"batch": 1, "prompt": 969, "generate": 64},
+}
+# the kt-kernel README's AMXINT8 launch on this machine (Complete Example, Option B)
+README = {
+    "kt_method": "AMXINT8",
+    "kt_cpuinfer": 64,
+    "kt_threadpool_count": 2,
+    "kt_num_gpu_experts": 32,
+    "kt_max_deferred_experts_per_token": 2,
+}
+
+
+def _sc(options: dict, hardware: str | None = None, weights: str = "bf16", **workload: int):
+    raw = {
+        **BASE,
+        "options": options,
+        "precision": {"weights": weights, "kv": "bf16"},
+        "workload": {**BASE["workload"], **workload},
+    }
+    if hardware:
+        raw["hardware"] = hardware
+    return parse_scenario(raw, name="kt-sglang")
+
+
+@pytest.mark.parametrize(
+    ("options", "weights", "field"),
+    [
+        ({**README, "kt_method": "AMXINT2"}, "bf16", "kt_method"),
+        ({**README, "kt_num_gpu_experts": 129}, "bf16", "kt_num_gpu_experts"),
+        ({**README, "kt_max_deferred_experts_per_token": 9}, "bf16", "kt_max_deferred"),
+        ({**README, "optimize_config_path": "Qwen3Moe-serve.yaml"}, "bf16", "optimize_config_path"),
+        ({**README, "use_numa": True}, "bf16", "use_numa"),
+        ({k: v for k, v in README.items() if k != "kt_num_gpu_experts"}, "bf16", "kt_num_gpu"),
+        ({**README, "kt_method": "LLAMAFILE"}, "bf16", "precision.weights"),
+        ({**README, "kt_method": "AMXINT8"}, "q4_k_m", "precision.weights"),
+        ({**README, "kt_gpu_experts_ratio": 1.5}, "bf16", "kt_gpu_experts_ratio"),
+        ({**README, "kt_cpuinfer": 0}, "bf16", "kt_cpuinfer"),
+    ],
+)
+def test_bad_options_are_refused_in_one_line_naming_the_field(options, weights, field):
+    with pytest.raises(InputError) as e:
+        predict(_sc(options, weights=weights))
+    assert field in str(e.value) and "\n" not in str(e.value)
+
+
+def test_amx_methods_are_refused_on_a_host_without_amx():
+    with pytest.raises(InputError) as e:
+        predict(_sc(README, hardware="rtx-4090-desktop"))
+    assert "kt_method" in str(e.value) and "amx: false" in str(e.value)
+    # the native BF16 backend runs there
+    assert predict(_sc({**README, "kt_method": "BF16"}, hardware="rtx-4090-desktop")).tpot_s > 0
+
+
+def test_a_model_without_routed_experts_is_refused():
+    raw = {**BASE, "model": "llama-3.1-8b", "options": README}
+    with pytest.raises(InputError) as e:
+        predict(parse_scenario(raw, name="dense"))
+    assert "routed experts" in str(e.value)
+
+
+def test_kt_options_select_sglang_and_the_rest_the_single_request_engine():
+    assert predict(_sc(README)).settings["server"] == "sglang"
+    archive = {**BASE, "options": {"optimize_config_path": "Qwen3Moe-serve.yaml"}}
+    archive["precision"] = {"weights": "q4_k_m", "kv": "bf16"}
+    assert "server" not in predict(parse_scenario(archive, name="local")).settings
+
+
+def test_the_experts_split_between_gpu_and_host_and_their_bytes_add_up():
+    """BF16 on both sides: the GPU's experts and the host's are all the routed bytes, once."""
+    model = _sc(README).model
+    table = tensor_groups.tensor_table(model, _sc(README).setup.weights)
+    experts = float(table.nbytes[table.routed].sum())
+    rest = float(table.nbytes[~table.routed].sum())
+    for g in (0, 16, 32):
+        p = predict(_sc({**README, "kt_method": "BF16", "kt_num_gpu_experts": g}))
+        kv_bytes = float(p.memory.gpu) - rest - experts * g / 128
+        assert float(p.memory.cpu) == pytest.approx(experts * (128 - g) / 128)
+        assert 0 < kv_bytes < 1e9  # the KV cache of 1,033 tokens, well under a GB
+
+
+def test_more_gpu_experts_never_slow_decode_and_all_on_the_gpu_leaves_the_cpu_idle():
+    """On an 80 GB H100 (a Sapphire Rapids host) the bf16 model fits whole."""
+    opts = [{**README, "kt_num_gpu_experts": g} for g in (0, 32, 64, 128)]
+    times = [predict(_sc(o, hardware="h100-sxm-pcie5")).tpot_s for o in opts]
+    assert all(a >= b for a, b in itertools.pairwise(times)) and times[0] > times[-1]
+    assert predict(_sc(opts[-1], hardware="h100-sxm-pcie5")).streams_s["cpu"] == 0
+
+
+def test_the_ratio_places_its_share_of_every_layer_s_experts():
+    by_count = predict(_sc({**README, "kt_num_gpu_experts": 32}))
+    by_ratio = predict(_sc({**README, "kt_num_gpu_experts": None, "kt_gpu_experts_ratio": 0.25}))
+    assert by_ratio.tpot_s == pytest.approx(by_count.tpot_s)
+    assert by_ratio.settings["gpu_experts_per_layer"] == 32
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    d=st.integers(0, 8),
+    g=st.integers(0, 32),
+    context=st.integers(16, 8192),
+    batch=st.integers(1, 4),
+)
+def test_deferring_experts_only_overlaps_and_never_beats_the_cpu_alone(d, g, context, batch):
+    """Deferral is never slower than none, and no layer beats its CPU experts' own time."""
+    opts = {**README, "kt_num_gpu_experts": g}
+    none = predict(
+        _sc({**opts, "kt_max_deferred_experts_per_token": 0}, prompt=context, batch=batch)
+    )
+    some = predict(
+        _sc({**opts, "kt_max_deferred_experts_per_token": d}, prompt=context, batch=batch)
+    )
+    assert some.tpot_s <= none.tpot_s * (1 + 1e-12)
+    assert some.tpot_s >= some.streams_s["h2d"] + 0.0
+
+
+def test_the_steady_state_of_a_deferred_layer_is_the_cpu_where_the_cpu_is_slowest():
+    """All experts on the CPU at batch 1: without deferral a layer is A + h + C, with all k
+    deferred it is max(C, A + h) = C, so the token is faster by the GPU's part of the MoE layers
+    and the submit's round trip (h), all but the last."""
+    opts = {**README, "kt_num_gpu_experts": 0}
+    none = predict(_sc({**opts, "kt_max_deferred_experts_per_token": 0}))
+    every = predict(_sc({**opts, "kt_max_deferred_experts_per_token": 8}))
+    assert every.tpot_s < none.tpot_s
+    sc = _sc(opts)
+    p = kts._parts(sc)
+    head = p["table"].by_position(p["table"].nbytes, ~p["routed"])[-1]
+    layers_gpu = none.streams_s["gpu"] - head / sc.system.gpu.streaming_bandwidth
+    # the last MoE layer defers none: the saving is the GPU's time of the 47 others and the
+    # submit's round trip before each of them
+    saving = (layers_gpu / 48 + kts.host_func_s()) * 47
+    assert none.tpot_s - every.tpot_s == pytest.approx(saving, rel=0.02)
+
+
+@settings(max_examples=25, deadline=None)
+@given(context=st.integers(1, 16384), batch=st.integers(1, 4), more=st.integers(1, 4096))
+def test_decode_never_speeds_up_with_context_or_batch(context, batch, more):
+    opts = {**README, "kt_num_gpu_experts": 8}
+    base = predict(_sc(opts, prompt=context, batch=batch)).tpot_s
+    assert predict(_sc(opts, prompt=context + more, batch=batch)).tpot_s >= base * (1 - 1e-12)
+    assert predict(_sc(opts, prompt=context, batch=batch + 1)).tpot_s >= base * (1 - 1e-12)
+
+
+def test_two_pools_on_two_sockets_stream_faster_than_one_and_hold_one_copy():
+    one = predict(_sc({**README, "kt_threadpool_count": 1, "kt_num_gpu_experts": 0}))
+    two = predict(_sc({**README, "kt_threadpool_count": 2, "kt_num_gpu_experts": 0}))
+    assert two.tpot_s < one.tpot_s
+    assert float(two.memory.cpu) == pytest.approx(float(one.memory.cpu))  # split, not copied
+
+
+def test_the_cpu_experts_read_in_the_method_s_format():
+    int8 = predict(_sc({**README, "kt_num_gpu_experts": 0}))
+    bf16 = predict(_sc({**README, "kt_method": "BF16", "kt_num_gpu_experts": 0}))
+    assert float(bf16.memory.cpu) == pytest.approx(2 * float(int8.memory.cpu), rel=0.02)
+    llamafile = predict(
+        _sc({**README, "kt_method": "LLAMAFILE", "kt_num_gpu_experts": 0}, weights="q4_k_m")
+    )
+    assert float(llamafile.memory.cpu) < float(int8.memory.cpu)
+    # beside a GGUF's experts the GPU model is the original bf16 checkpoint
+    assert kts.gpu_format(_sc({**README, "kt_method": "LLAMAFILE"}, weights="q4_k_m")).value == (
+        "bf16"
+    )
+
+
+@pytest.mark.parametrize(
+    ("hardware", "chunk"), [("rtx-4090-2s-xeon-6454s", 2048), ("h100-sxm-pcie5", 8192)]
+)
+def test_the_prefill_chunk_defaults_by_gpu_memory_as_sglang_sets_it(hardware, chunk):
+    opts = {**README, "kt_method": "BF16"}
+    assert kts.chunk_size(_sc(opts, hardware=hardware)) == chunk
+
+
+def test_a_chunk_at_the_threshold_uploads_the_cpu_experts_layer_by_layer():
+    """Native BF16, 8,192-token chunks: at a threshold of 4,096 each layer's CPU experts cross
+    the link once, whatever the chunk's tokens; below the threshold the CPU computes them."""
+    opts = {**README, "kt_method": "BF16", "kt_num_gpu_experts": 0, "chunked_prefill_size": 8192}
+    sc = _sc({**opts, "kt_gpu_prefill_token_threshold": 4096}, prompt=8192)
+    layerwise = predict(sc)
+    upload = float(layerwise.memory.cpu) / sc.system.copy_rate("h2d", pinned=True)
+    assert layerwise.ttft_s > upload
+    hybrid = predict(_sc({**opts, "kt_gpu_prefill_token_threshold": 16384}, prompt=8192))
+    assert hybrid.ttft_s != layerwise.ttft_s
+    # a quantised AMX method has no GPU layout of its experts: the threshold does not apply
+    amx = {**opts, "kt_method": "AMXINT8"}
+    with_t = predict(_sc({**amx, "kt_gpu_prefill_token_threshold": 4096}, prompt=8192))
+    without = predict(_sc(amx, prompt=8192))
+    assert with_t.ttft_s == without.ttft_s
+
+
+def test_prefill_on_the_cpu_is_bounded_by_the_amx_tile_rate():
+    sc = _sc({**README, "kt_num_gpu_experts": 0}, prompt=2048)
+    per_core = cpu_kernels.constant("amx_int8_per_core") * 1e9
+    rate = kts.compute_rate(sc, tokens_per_expert=2048 * 8 / 128)
+    assert rate <= per_core * 64 * (1 + 1e-12)
+    assert kts.compute_rate(sc, tokens_per_expert=2) == sc.system.host.flops.value
+
+
+def test_the_last_moe_layer_defers_none():
+    """Only the last layer's CPU time counts in full where deferral hides all the others."""
+    sc = _sc({**README, "kt_num_gpu_experts": 0, "kt_max_deferred_experts_per_token": 8})
+    assert np.isfinite(predict(sc).tpot_s)
+
+
+def test_each_moe_layer_waits_on_its_submit_and_sync_callbacks(monkeypatch):
+    """Two host callbacks a MoE layer: the sync's always on the token's path, the submit's
+    where the CPU's work is on it; with none the token is faster by between one and two each."""
+    sc = _sc({**README, "kt_num_gpu_experts": 0})
+    with_h = predict(sc).tpot_s
+    monkeypatch.setattr(kts, "host_func_s", lambda: 0.0)
+    without = predict(sc).tpot_s
+    layers = kts._parts(sc)["moe_layers"]
+    h = 26e-6  # copy.host_func_us
+    assert layers * h * (1 - 1e-9) <= with_h - without <= 2 * layers * h * (1 + 1e-9)
+
+
+def test_the_callback_cost_is_the_published_round_trip():
+    assert kts.host_func_s() == pytest.approx(26e-6)
