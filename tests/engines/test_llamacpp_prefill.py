@@ -6,7 +6,7 @@ import pytest
 
 from kvoffload.engines.each import llamacpp
 from kvoffload.engines.scenario import parse_scenario, predict
-from kvoffload.model import decode
+from kvoffload.model import decode, routing
 
 MOE = {
     "hardware": "rtx-4090-desktop",
@@ -134,3 +134,26 @@ def test_n_batch_caps_the_physical_batch_and_threads_batch_sets_the_prefills_cpu
     assert predict(few, check=False).tpot_s == predict(many, check=False).tpot_s  # decode: -t
     assert parse_scenario({**MOE, "workload": {"batch": 1, "prompt": 64},
                            "options": {"mlock": True}}).options.mlock  # fmt: skip
+
+
+@pytest.mark.parametrize("ubatch", [16, 32, 64])
+def test_every_ubatch_reads_the_gpu_s_experts_again(ubatch):
+    """All on the GPU with small ubatches (PR #15631's sweep of -ub on an RTX 4090): each ubatch
+    reads the experts it routes to, so the prompt's rate is at most the ubatch's tokens over
+    those bytes at the card's bandwidth, and rises with the ubatch."""
+
+    def sc(ub: int):
+        raw = {**MOE, "precision": {"weights": "q4_0", "kv": "fp16"}}
+        raw["workload"] = {"batch": 1, "prompt": 4096, "generate": 1}
+        raw["options"] = {"n_gpu_layers": 99, "n_ubatch": ub}
+        return parse_scenario(raw)
+
+    s = sc(ubatch)
+    table, _ = llamacpp.tensor_devices(s)
+    k, n = decode.layers(s.model, s.setup.weights).expert_use
+    touched = float(routing.touched_share(n, k, ubatch))
+    experts = float(table.nbytes[table.routed].sum()) * touched
+    bound = ubatch / (experts / s.system.gpu.streaming_bandwidth)
+    rate = 4096 / _ttft(s)
+    assert rate <= bound * (1 + 1e-9)
+    assert rate < 4096 / _ttft(sc(2 * ubatch))

@@ -17,6 +17,10 @@ The copy runs at the link's pinned rate from the CUDA host buffer (``--no-mmap``
 avoids the host buffer type when it maps the model (src/llama-model-loader.cpp at
 3074b500a5fffba5c9b84a7c14e4dc2248b3653c, "avoid using a host buffer when using mmap").
 
+Every ubatch runs the whole graph, so the GPU reads its weights once per ubatch, of a MoE
+tensor the experts that ubatch routes to: with small ubatches a MoE's prefill is bound by those
+reads (PR #15631's ``-ub`` sweeps of Qwen3-30B-A3B on an RTX 4090 rise with the ubatch).
+
 On the GPU, quantised GGUF matmuls run on the integer tensor cores (MMQ) where the GPU has them:
 the profile's ``flops_int8`` at ``mmq_int8_share`` (fitted on PR #7676, catalog/
 engine_constants.yaml); other weights at the profile's bf16 rate.
@@ -115,17 +119,29 @@ def _ubatch_s(sc: Scenario, table: TensorTable, on_gpu: np.ndarray, tokens: int)
     return upload + cpu
 
 
+def gpu_read_bytes(sc: Scenario, table: TensorTable, reads: np.ndarray) -> float:
+    """Return the weight bytes the GPU reads over the prompt: every ubatch runs the whole graph,
+    so each reads the ``reads`` tensors again, of a MoE tensor the experts that ubatch routes to."""
+    k, n = decode.layers(sc.model, sc.setup.weights).expert_use
+    full, rest = divmod(sc.prompt * sc.batch, sc.options.ubatch)
+
+    def one(tokens: int) -> float:
+        touched = float(routing.touched_share(n, k, tokens, sc.setup.routing.effective_experts))
+        return float((table.nbytes * np.where(table.routed, touched, 1.0))[reads].sum())
+
+    return full * one(sc.options.ubatch) + (one(rest) if rest else 0.0)
+
+
 def ttft(sc: Scenario, table: TensorTable, on_gpu: np.ndarray, split: np.ndarray) -> float:
     """Return llama.cpp's prefill time (s): the GPU's work plus each ubatch's host-side weights
     (``split``: the matrices ``--split-mode row`` splits over the GPUs)."""
     tokens = sc.prompt * sc.batch
     full, rest = divmod(tokens, sc.options.ubatch)
     host = ~on_gpu & (table.position >= 0)
-    # the GPU reads its own weights and, once a ubatch is big enough, the ones copied to it
+    # the GPU reads its own weights and, once a ubatch is big enough, the ones copied to it,
+    # every ubatch again (the token embeddings are looked up in host memory)
     uploaded = host & offloaded(sc, table, min(tokens, sc.options.ubatch))
-    gpu_bytes = (
-        float(table.nbytes[on_gpu].sum() + table.nbytes[uploaded].sum()) if host.any() else None
-    )
+    gpu_bytes = gpu_read_bytes(sc, table, (on_gpu | uploaded) & (table.position >= 0))
     setup = decode.Setup(sc.system, sc.model, sc.setup.weights, sc.setup.kv)
     rate = _row_split_rate(sc, table, split, prefill_rate(sc))
     gpu = float(decode.ttft(setup, sc.prompt, sc.batch, rate=rate, gpu_weight_bytes=gpu_bytes))
