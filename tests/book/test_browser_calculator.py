@@ -515,6 +515,7 @@ def _llamacpp_point(rng: random.Random, models: dict) -> dict:
             "cpu_moe": bool(m.moe) and rng.random() < 0.2,
             "no_kv_offload": rng.random() < 0.15,
             "threads": rng.choice([None, None, rng.randint(1, 96)]),
+            "numa": rng.choice([None, None, "distribute", "isolate", "numactl"]),
         },
     }
     if rng.random() < 0.3:  # a machine of the reader's: mmap pages what host memory cannot hold

@@ -209,3 +209,28 @@ def test_ktransformers_amx_runs_a_bf16_gguf_on_an_amx_host_only():
     desk = advise(load_system(RTX), "qwen3-30b-a3b", WL, engines=("ktransformers",))
     assert desk.search.choices and all(c.weights != "bf16" for c in desk.search.choices)
     assert any(w == "bf16" and "AMX" in why for _, w, _, why in desk.search.left_out)
+
+
+def test_on_two_sockets_each_llama_cpp_offload_is_tried_with_numa_distribute():
+    """llama.cpp issue #11744: with every page on one node two sockets stream one socket's rate;
+    --numa distribute lets each read its own DRAM. advise tries each offload both ways on a
+    machine of several sockets, and the distributed one is faster where the CPU's part is."""
+    server = load_system("rtx-4090-2s-xeon-6454s")
+    a = advise(server, "qwen3-235b-a22b", Workload(8192))
+    llama = [c for c in a.search.choices if c.engine == "llamacpp"]
+    spread = [c for c in llama if c.options.get("numa") == "distribute"]
+
+    def key(c, options):
+        return (c.weights, c.kv, tuple(sorted(options.items())))
+
+    plain = {key(c, c.options): c for c in llama if "numa" not in c.options}
+    assert spread and all(c.offload for c in spread)
+    for c in spread:
+        twin = plain[key(c, {k: v for k, v in c.options.items() if k != "numa"})]
+        assert c.tpot_s < twin.tpot_s
+        assert c.tpot_s == pytest.approx(_predict(server, a.search.model, c, Workload(8192)).tpot_s)
+    best = next(r for r in a.rows if r["options"].get("numa"))
+    assert "--numa distribute" in best["command"] and best["offload"].endswith("--numa distribute")
+    assert dict(parse_command(best["command"], a.search.model).options) == best["options"]
+    # one socket: nothing to distribute
+    assert not any(c.options.get("numa") for c in _gpt_oss().search.choices)

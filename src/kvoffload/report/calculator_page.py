@@ -69,6 +69,15 @@ def _number_field(ident: str, label: str, value: str, *, note: str = "") -> str:
     )
 
 
+# llama.cpp's --numa, as engines/each/llamacpp/options.py takes it ("": no policy)
+NUMA_CHOICES = {
+    "": "none: every page on one node",
+    "distribute": "distribute: each socket reads its own DRAM",
+    "isolate": "isolate: one socket",
+    "numactl": "numactl: interleaved over every node",
+}
+
+
 def _select(ident: str, label: str, options: dict[str, str] | None = None) -> str:
     opts = "".join(
         f'<option value="{escape(k)}">{escape(v)}</option>' for k, v in (options or {}).items()
@@ -192,6 +201,7 @@ def page_html(data: dict[str, Any]) -> str:
       {_number_field("kvo-ngl", "Layers on the GPU (-ngl; blank: all)", "")}
       {_number_field("kvo-ncmoe", "Experts of the first N layers on the CPU (--n-cpu-moe)", "0")}
       {_number_field("kvo-threads", "CPU threads (-t; blank: the machine's)", "")}
+      {_select("kvo-numa", "NUMA policy (--numa)", NUMA_CHOICES)}
     </div>
     <label class="kvo-check"><input type="checkbox" id="kvo-cpumoe">
       <span>Every routed expert on the CPU (--cpu-moe)</span></label>
@@ -282,13 +292,14 @@ def page_html(data: dict[str, Any]) -> str:
   holds it to <code>kvoffload predict</code> at two hundred random points. The best placement
   runs <code>kvoffload advise --model all</code>'s search on this page, for your figures, model,
   context and batch: llama.cpp's <code>-ngl</code>, <code>--n-cpu-moe</code>,
-  <code>-ot exps=CPU</code> and <code>--no-kv-offload</code> on the llama.cpp engine above, and
+  <code>-ot exps=CPU</code> and <code>--no-kv-offload</code> on the llama.cpp engine above, each
+  also with <code>--numa distribute</code> on a machine of several sockets, and
   vLLM's <code>--cpu-offload-gb</code> on the step model with vLLM's placement (weights read over
   the link as its kernels run, pinned; a tenth of the GPU left to others). A test holds it to
   <code>kvoffload advise</code> for two hundred random machines, models and contexts.</p>
   <p>Left out, because the page cannot express them: on the generic engine, weights placed
-  tensor group by tensor group (<code>compute: cpu</code>); llama.cpp's <code>-ot</code> rules,
-  <code>--numa</code> and <code>--no-mmap</code>; a MoE router's measured skew and expert caches
+  tensor group by tensor group (<code>compute: cpu</code>); llama.cpp's <code>-ot</code> rules
+  and <code>--no-mmap</code>; a MoE router's measured skew and expert caches
   (routing here is uniform), several GPUs as separate devices, and the engines that place things
   by their own rules (vLLM, FlexGen, ZeRO-Inference, Accelerate, InfLLM). For those, write a
   scenario file and run <code>kvoffload predict</code>.</p>

@@ -56,6 +56,8 @@ def flags(c: Choice) -> str:
         words.append(f"--n-cpu-moe {o['n_cpu_moe']}")
     if o.get("no_kv_offload"):
         words.append("--no-kv-offload")
+    if o.get("numa"):
+        words.append(f"--numa {o['numa']}")
     return " ".join(words)
 
 

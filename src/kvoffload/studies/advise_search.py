@@ -236,6 +236,8 @@ def _llamacpp(probe: _Probe, n_layers: int, moe: bool) -> list[Choice]:
         out = [probe.choice({}, NO_OFFLOAD)]
     else:
         out = _llamacpp_offloads(probe, n_layers, moe)
+    if probe.system.host.sockets > 1:  # each placement again with --numa distribute (same fit)
+        out += [probe.choice({**c.options, "numa": "distribute"}, c.way) for c in out if c.offload]
     if probe.system.n_gpus > 1:  # the same placements with the weights split over the GPUs
         for c in list(out):
             for mode in ("row", "tensor"):

@@ -200,6 +200,8 @@ def options_of(inputs: dict[str, Any]) -> dict[str, Any]:
         out["no_kv_offload"] = True
     if lc.get("threads") is not None:
         out["threads"] = int(lc["threads"])
+    if lc.get("numa"):
+        out["numa"] = str(lc["numa"])
     for key in _PAGE_DEFAULTS:  # the prefill's and the fork's, where they differ from the default
         if lc.get(key) is not None and lc[key] != _DEFAULTS[key]:
             out[key] = lc[key]

@@ -53,11 +53,12 @@
           if (options.n_cpu_moe !== undefined) o.n_cpu_moe = options.n_cpu_moe;
           if (options.override_tensor === "exps=CPU") o.cpu_moe = true;
           if (options.no_kv_offload) o.no_kv_offload = true;
+          if (options.numa) o.numa = options.numa;
           seen.set(key, LC.predict(base, o));
         }
         return seen.get(key);
       }
-      return { engine: "llamacpp", weights: weights, kv: kv, prediction: prediction,
+      return { engine: "llamacpp", weights: weights, kv: kv, prediction: prediction, host: inp.host,
         fits: (options) => !gpuShort(prediction(options)) };
     }
 
@@ -113,6 +114,10 @@
         }
       }
       if (probe.fits({ no_kv_offload: true })) out.push(choice(probe, { no_kv_offload: true }, W.no_kv, batch));
+      // on several sockets, each placement again with --numa distribute (its fit is the same)
+      if (probe.host.sockets > 1) {
+        for (const c of out.slice()) out.push(choice(probe, Object.assign({}, c.options, { numa: "distribute" }), c.way, batch));
+      }
       return out;
     }
 
@@ -155,6 +160,7 @@
       if (o.n_gpu_layers !== undefined) words.push("-ngl " + o.n_gpu_layers);
       if (o.n_cpu_moe !== undefined) words.push("--n-cpu-moe " + o.n_cpu_moe);
       if (o.no_kv_offload) words.push("--no-kv-offload");
+      if (o.numa) words.push("--numa " + o.numa);
       return words.join(" ");
     }
 
@@ -174,6 +180,7 @@
         if (o.n_cpu_moe) args.push("--n-cpu-moe", String(o.n_cpu_moe));
         if (o.override_tensor) args.push("-ot", o.override_tensor);
         if (o.no_kv_offload) args.push("--no-kv-offload");
+        if (o.numa) args.push("--numa", o.numa);
         if (c.kv !== "fp16") args.push("-ctk", A.llama_kv[c.kv], "-ctv", A.llama_kv[c.kv], "-fa", "on");
         args.push("-c", String(wl.context * wl.batch));
         if (wl.batch > 1) args.push("-np", String(wl.batch));
@@ -206,6 +213,7 @@
         cpu_moe: options.override_tensor === "exps=CPU",
         no_kv_offload: Boolean(options.no_kv_offload),
         threads: null,
+        numa: options.numa || null,
       };
     }
 

@@ -246,6 +246,7 @@
         cpu_moe: $("kvo-cpumoe").checked,
         no_kv_offload: $("kvo-nokv").checked,
         threads: threads,
+        numa: $("kvo-numa").value || null,
       };
     }
 
@@ -339,6 +340,7 @@
         $("kvo-cpumoe").checked = Boolean(lc.cpu_moe);
         $("kvo-nokv").checked = Boolean(lc.no_kv_offload);
         $("kvo-threads").value = blank(lc.threads);
+        $("kvo-numa").value = lc.numa || "";
       }
       for (const group of ["weights", "kv"]) {
         if (inputs[group] === undefined) continue;

@@ -31,22 +31,32 @@
       return host.threads || host.performance_cores || host.cores || null;
     }
 
-    // cpu_rate.host_stream_rate with no NUMA policy: every page on one node
-    function hostStreamRate(host, bandwidth, threads) {
-      const s = threads ? Math.min(host.sockets, threads) : host.sockets;
+    // cpu_rate.host_stream_rate under --numa (null: no policy, every page on one node;
+    // distribute: each socket its own DRAM; isolate: one socket; numactl: interleaved)
+    function hostStreamRate(host, bandwidth, threads, numa) {
+      const s = numa === "isolate" ? 1 : threads ? Math.min(host.sockets, threads) : host.sockets;
       const b = bandwidth / host.sockets;
       if (s === 1) return b;
       const x = host.cross_socket_bandwidth === null ? Infinity : host.cross_socket_bandwidth;
+      if (numa === "distribute") return s * b;
+      if (numa === "numactl") return Math.min(s * b, s * s * x);
       return Math.min(b, s * x);
     }
 
+    // cpu_rate.thread_cores: the cores matvec threads run on at full speed (one socket's, isolated)
+    function threadCores(host, numa) {
+      const cores = host.performance_cores || host.cores;
+      if (!cores || numa !== "isolate") return cores || null;
+      return Math.max(Math.floor(cores / host.sockets), 1);
+    }
+
     // cpu_rate.weight_stream_rate: the matvec kernel's share of the memory, or its threads' rate
-    function weightStreamRate(host, bandwidth, fmt, threads) {
+    function weightStreamRate(host, bandwidth, fmt, threads, numa) {
       const k = L.kernels[fmt];
       const n = threads || matmulThreads(host);
-      const rate = k.bandwidth_share * hostStreamRate(host, bandwidth, n);
+      const rate = k.bandwidth_share * hostStreamRate(host, bandwidth, n, numa);
       if (n === null) return rate;
-      const cores = host.performance_cores || host.cores;
+      const cores = threadCores(host, numa);
       const nEff = cores ? Math.min(n, cores) : n;
       return Math.min(rate, nEff * k.per_thread_bps);
     }
@@ -82,10 +92,10 @@
 
     // attention.cpu_kv_rate: q8_0 and q4_0 at their CPU matvec kernel's rate, the rest at the
     // host's streaming rate (placement.host_read_rate)
-    function cpuKvRate(host, m, kvFormat, threads, hostBw) {
+    function cpuKvRate(host, m, kvFormat, threads, hostBw, numa) {
       const weights = L.kv_cpu_kernels[kvFormat];
       if (weights === undefined) return hostBw;
-      return weightStreamRate(host, m.host_bandwidth, weights, threads);
+      return weightStreamRate(host, m.host_bandwidth, weights, threads, numa);
     }
 
     // prefill.prefill_rate: MMQ on the int8 tensor cores for a quantised GGUF format, where the
@@ -138,7 +148,7 @@
     // engine.predict: TPOT (the graph's parts in order, mean over the generated tokens), TTFT,
     // memory (mmap: host weights past host capacity read back from disk each step) and the fit
     function predict(inp, options) {
-      const o = Object.assign({ n_gpu_layers: null, n_cpu_moe: 0, cpu_moe: false, no_kv_offload: false, threads: null }, L.defaults, options);
+      const o = Object.assign({ n_gpu_layers: null, n_cpu_moe: 0, cpu_moe: false, no_kv_offload: false, threads: null, numa: null }, L.defaults, options);
       const m = inp.figures;
       const host = inp.host;
       const model = inp.model;
@@ -156,12 +166,12 @@
       const svb = data.state_value_bytes[inp.kvFormat];
       const perOp = L.gpu_op_s;
       const sync = L.split_sync_s;
-      const cpuRate = weightStreamRate(host, m.host_bandwidth, fmt, o.threads);
-      const hostBw = hostStreamRate(host, m.host_bandwidth, o.threads || matmulThreads(host));
+      const cpuRate = weightStreamRate(host, m.host_bandwidth, fmt, o.threads, o.numa);
+      const hostBw = hostStreamRate(host, m.host_bandwidth, o.threads || matmulThreads(host), o.numa);
       // a cache in a ggml block format costs more than its bytes to attend over: its bytes count
       // as this many at the f16 rate (step._step_parts_at), the recurrent state as itself
       const gpuKvScale = m.attention_bandwidth / gpuKvRate(m, inp.kvFormat);
-      const cpuKvScale = hostBw / cpuKvRate(host, m, inp.kvFormat, o.threads, hostBw);
+      const cpuKvScale = hostBw / cpuKvRate(host, m, inp.kvFormat, o.threads, hostBw, o.numa);
       // per position: bytes read and FLOPs on each device (step._step_parts_at)
       const parts = pos.rows.map((r, p) => {
         const routedRead = r[1] * touched;
@@ -230,7 +240,7 @@
       const cap = hostCapacity(host, m.host_memory);
       const paged = o.no_mmap ? 0 : Math.min(Math.max(wCpu + kvCpu - cap, 0), wCpu);
       const diskS = paged ? (paged * (readOff / wCpu)) / m.disk_read : 0;
-      const ttft = prefillTime(inp, o, pos, onGpu, expGpu, wGpu, cpuRate);
+      const ttft = prefillTime(inp, o, pos, onGpu, expGpu, cpuRate);
       const memory = {
         gpu: wGpu + kvOnGpu, cpu: wCpu + kvCpu - paged, disk: paged, staging: 0,
         weightsGpu: wGpu, kvGpu: kvOnGpu,
@@ -279,33 +289,33 @@
       return upload + Math.max(hereBytes / cpuRate, hereFlops / m.host_flops);
     }
 
-    // prefill.ttft: the GPU's work (its own weights and those copied to it, at prefill_rate) plus
-    // each ubatch's host-side weights
-    function prefillTime(inp, o, pos, onGpu, expGpu, wGpu, cpuRate) {
+    // prefill.ttft: the GPU's work (its own weights and those copied to it, read every ubatch, at
+    // prefill_rate) plus each ubatch's host-side weights
+    function prefillTime(inp, o, pos, onGpu, expGpu, cpuRate) {
       const model = inp.model;
       const tokens = inp.prompt * inp.batch;
       const full = Math.floor(tokens / o.n_ubatch);
       const rest = tokens - full * o.n_ubatch;
       const [k, nExp] = model.expert_use;
       const [upOther, upRouted] = offloaded(Math.min(tokens, o.n_ubatch), o, k, nExp);
-      let hostAny = false;
-      let uploaded = 0;
-      pos.rows.forEach((r, p) => {
-        if (!onGpu[p] && (r[0] > 0 || r[2] > 0)) {
-          hostAny = true;
-          if (upOther) uploaded += r[0];
-        }
-        if (!expGpu[p] && r[1] > 0) {
-          hostAny = true;
-          if (upRouted) uploaded += r[1];
-        }
-      });
       const setup = M.setupOf({
         machine: inp.figures, model: model, weightsFormat: inp.weightsFormat, kvFormat: inp.kvFormat,
         weights: { gpu: 1, cpu: 0, disk: 0 }, kv: { gpu: 1, cpu: 0, disk: 0 },
         attention: "gpu", overlap: "none", pinned: true,
       });
-      const gpu = M.ttft(setup, inp.prompt, inp.batch, 0, prefillRate(inp), hostAny ? wGpu + uploaded : null);
+      // prefill.gpu_read_bytes: every ubatch reads the GPU's weights and those copied to it again,
+      // of the routed experts the share that ubatch touches
+      const gpuReads = (t) => {
+        const touched = M.touchedShare(nExp, k, t);
+        let b = 0;
+        pos.rows.forEach((r, p) => {
+          if (onGpu[p] || upOther) b += r[0];
+          if (expGpu[p] || upRouted) b += r[1] * touched;
+        });
+        return b;
+      };
+      const reads = full * gpuReads(o.n_ubatch) + (rest ? gpuReads(rest) : 0);
+      const gpu = M.ttft(setup, inp.prompt, inp.batch, 0, prefillRate(inp), reads);
       let host = full * ubatchTime(inp, o, pos, onGpu, expGpu, cpuRate, o.n_ubatch);
       if (rest) host += ubatchTime(inp, o, pos, onGpu, expGpu, cpuRate, rest);
       return gpu + host;
@@ -319,6 +329,7 @@
       if (o.n_cpu_moe) args.push("--n-cpu-moe", String(o.n_cpu_moe));
       if (o.cpu_moe) args.push("--cpu-moe");
       if (o.no_kv_offload) args.push("--no-kv-offload");
+      if (o.numa) args.push("--numa", o.numa);
       if (inp.kvFormat !== "fp16") {
         const flag = L.kv_flags[inp.kvFormat];
         args.push("-ctk", flag, "-ctv", flag, "-fa", "on");

@@ -114,6 +114,7 @@
     if (o.cpu_moe) out.cpu_moe = true;
     if (o.no_kv_offload) out.no_kv_offload = true;
     if (o.threads !== null) out.threads = o.threads;
+    if (o.numa) out.numa = o.numa;
     return out;
   }
 
