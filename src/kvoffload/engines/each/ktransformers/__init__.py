@@ -59,6 +59,7 @@ from kvoffload.engines.each.ktransformers.cpu_kernels import (
     constants,
     stream_rate,
 )
+from kvoffload.engines.each.ktransformers.prediction import experts_on_cpu
 from kvoffload.engines.single_gpu import refuse_several_gpus
 from kvoffload.engines.spec import EngineSpec
 from kvoffload.inputs.errors import FieldError, InputError
@@ -66,7 +67,7 @@ from kvoffload.inputs.models import Model
 from kvoffload.inputs.precision import WeightFormat
 from kvoffload.inputs.text import Strict
 from kvoffload.model import decode, kv, routing, tensor_groups
-from kvoffload.model.prediction import Prediction, Resolved, Scenario
+from kvoffload.model.prediction import Prediction, Scenario
 
 # the optimize rules shipped in optimize/optimize_rules/, the expert backend each one names and the
 # model types (config.json ``model_type``) whose modules it matches
@@ -392,37 +393,11 @@ def predict(sc: Scenario) -> Prediction:
         float(p["expert_bytes"].sum()) * copies + float(table.params[embed].sum()) * TORCH_BYTES
     )
     gpu_bytes = float(gpu_held[~routed & ~embed].sum())
-    return Prediction(
-        scenario=sc,
-        tpot_s=float(tpot),
-        ttft_s=ttft,
-        streams_s={
-            "gpu": float(gpu_t),
-            "cpu": float(cpu_t),
-            "h2d": float(link_t),
-            "d2h": 0.0,
-            "disk_read": 0.0,
-            "disk_write": 0.0,
-        },
-        memory=decode.Memory(
-            gpu=np.asarray(gpu_bytes + kv_total * batch),
-            cpu=np.asarray(host_bytes),
-            disk=np.asarray(0.0),
-            staging=np.asarray(0.0),
-        ),
-        by_overlap_s={},
-        resolved=Resolved(
-            weights=decode.Split(
-                gpu_bytes / (gpu_bytes + host_bytes), host_bytes / (gpu_bytes + host_bytes), 0.0
-            ),
-            kv=decode.Split(),
-            attention="gpu",
-            overlap="none",
-            pinned=True,
-            weights_format=sc.setup.weights,
-            kv_format=sc.setup.kv,
-        ),
-        settings={
+    return experts_on_cpu(
+        sc,
+        (tpot, ttft, gpu_t, cpu_t, link_t),
+        (gpu_bytes, kv_total * batch, host_bytes),
+        {
             "optimize_config_path": rule(sc),
             "backend": backend(sc),
             "experts_format": expert_format(sc).value,
@@ -431,10 +406,8 @@ def predict(sc: Scenario) -> Prediction:
             "chunk_size": o.chunk_size,
             "expert_copies": copies,
         },
-        # the CPU computes routed experts only: attention and its KV cache stay on the GPU
-        cpu_work=(False, True),
-        policy=f"{rule(sc)}: routed experts on the CPU ({backend(sc)}, "
-        f"{threads(sc)} threads), attention, shared experts and the rest on the GPU",
+        f"{rule(sc)}: routed experts on the CPU ({backend(sc)}, {threads(sc)} threads), "
+        "attention, shared experts and the rest on the GPU",
     )
 
 

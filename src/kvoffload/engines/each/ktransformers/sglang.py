@@ -66,11 +66,12 @@ import numpy as np
 
 from kvoffload.engines import prefix_cache
 from kvoffload.engines.each.ktransformers import cpu_kernels as kt
+from kvoffload.engines.each.ktransformers.prediction import experts_on_cpu
 from kvoffload.engines.single_gpu import refuse_several_gpus
 from kvoffload.inputs.errors import InputError
 from kvoffload.inputs.precision import WeightFormat
 from kvoffload.model import decode, kv, routing, tensor_groups
-from kvoffload.model.prediction import Prediction, Resolved, Scenario
+from kvoffload.model.prediction import Prediction, Scenario
 
 # kt-kernel's inference methods (kt-kernel/python/experts.py INFERENCE_METHODS) and the format the
 # CPU experts are held in; LLAMAFILE keeps the GGUF's own types (None)
@@ -393,36 +394,11 @@ def predict(sc: Scenario) -> Prediction:
     fraction = sc.options.mem_fraction_static
     reserved = (1 - fraction) * system.gpu_memory if fraction is not None else 0.0
     host_bytes = float(p["cpu_expert_bytes"].sum()) * p["cpu_share"]
-    total_w = gpu_bytes + host_bytes
-    return Prediction(
-        scenario=sc,
-        tpot_s=float(tpot),
-        ttft_s=ttft,
-        streams_s={
-            "gpu": float(gpu_t),
-            "cpu": float(cpu_t),
-            "h2d": float(link_t),
-            "d2h": 0.0,
-            "disk_read": 0.0,
-            "disk_write": 0.0,
-        },
-        memory=decode.Memory(
-            gpu=np.asarray(gpu_bytes + kv_total + reserved),
-            cpu=np.asarray(host_bytes),
-            disk=np.asarray(0.0),
-            staging=np.asarray(0.0),
-        ),
-        by_overlap_s={},
-        resolved=Resolved(
-            weights=decode.Split(gpu_bytes / total_w, host_bytes / total_w, 0.0),
-            kv=decode.Split(),
-            attention="gpu",
-            overlap="none",
-            pinned=True,
-            weights_format=sc.setup.weights,
-            kv_format=sc.setup.kv,
-        ),
-        settings={
+    return experts_on_cpu(
+        sc,
+        (tpot, ttft, gpu_t, cpu_t, link_t),
+        (gpu_bytes, kv_total + reserved, host_bytes),
+        {
             "server": "sglang",
             "kt_method": method(sc),
             "experts_format": cpu_format(sc).value,
@@ -432,10 +408,9 @@ def predict(sc: Scenario) -> Prediction:
             "kt_max_deferred_experts_per_token": deferred(sc),
             "chunked_prefill_size": chunk_size(sc),
         },
-        cpu_work=(False, True),
-        policy=f"SGLang with kt-kernel: {g:g} of {n} experts a layer on the GPU, the rest on "
-        f"the CPU ({method(sc)}, {threads(sc)} threads in {pools(sc)} pools), attention and "
-        "the rest on the GPU",
+        f"SGLang with kt-kernel: {g:g} of {n} experts a layer on the GPU, the rest on the CPU "
+        f"({method(sc)}, {threads(sc)} threads in {pools(sc)} pools), attention and the rest on "
+        "the GPU",
     )
 
 
