@@ -70,12 +70,7 @@ def _number_field(ident: str, label: str, value: str, *, note: str = "") -> str:
 
 
 # llama.cpp's --numa, as engines/each/llamacpp/options.py takes it ("": no policy)
-NUMA_CHOICES = {
-    "": "none: every page on one node",
-    "distribute": "distribute: each socket reads its own DRAM",
-    "isolate": "isolate: one socket",
-    "numactl": "numactl: interleaved over every node",
-}
+NUMA_CHOICES = {"": "none", "distribute": "distribute", "isolate": "isolate", "numactl": "numactl"}
 
 
 def _select(ident: str, label: str, options: dict[str, str] | None = None) -> str:
@@ -209,7 +204,10 @@ def page_html(data: dict[str, Any]) -> str:
       <span>KV cache in host memory, attention on the CPU (--no-kv-offload)</span></label>
     <p class="kvo-note">-ngl puts the last N layers, the output layer counted, on the GPU; each
     layer's KV lives with it. Experts in host memory run on the CPU at its matvec rate for the
-    format and threads, reading only the experts the batch routes to.</p>
+    format and threads, reading only the experts the batch routes to. On a machine of several
+    sockets, --numa none leaves every page on one node (the far sockets read it across the socket
+    link), distribute has each socket read its own DRAM, isolate keeps the threads on one socket
+    and numactl interleaves the pages over every node.</p>
   </fieldset>
   <fieldset id="kvo-generic-placement">
     <legend>Placement</legend>
