@@ -237,3 +237,18 @@ def test_each_moe_layer_waits_on_its_submit_and_sync_callbacks(monkeypatch):
 
 def test_the_callback_cost_is_the_published_round_trip():
     assert kts.host_func_s() == pytest.approx(26e-6)
+
+
+def test_pools_are_refused_where_kt_kernel_cannot_split_the_experts_over_them():
+    """TP_MOE_Common splits each expert's intermediate dimension over the pools: Qwen3-30B-A3B's
+    768 values split over 2 or 3 pools, not 5; LLAMAFILE needs whole 256-value blocks, three of
+    them here, so at most 3 pools; and a pool needs at least one thread."""
+    assert predict(_sc({**README, "kt_threadpool_count": 3})).tpot_s > 0
+    for opts, weights in (
+        ({**README, "kt_threadpool_count": 5}, "bf16"),
+        ({**README, "kt_method": "LLAMAFILE", "kt_threadpool_count": 4}, "q4_k_m"),
+        ({**README, "kt_cpuinfer": 2, "kt_threadpool_count": 3}, "bf16"),
+    ):
+        with pytest.raises(InputError) as e:
+            predict(_sc(opts, weights=weights))
+        assert "kt_threadpool_count" in str(e.value) and "\n" not in str(e.value)

@@ -111,6 +111,7 @@ DEFAULT_THREADPOOLS = 2  # server_args.py: --kt-threadpool-count default
 # below each bound in MiB, its chunk
 CHUNK_BY_GPU_MIB = ((20 * 1024, 2048), (35 * 1024, 2048), (60 * 1024, 4096), (160 * 1024, 8192))
 LARGE_GPU_CHUNK = 16384
+QK_K = 256  # a GGUF k-quant block: LLAMAFILE splits experts over the pools in whole blocks
 
 
 def active(sc: Scenario) -> bool:
@@ -265,6 +266,13 @@ def refuse(sc: Scenario) -> None:
             f"{k} experts",
             field="options.kt_max_deferred_experts_per_token",
         )
+    if pools(sc) > threads(sc):
+        raise InputError(
+            f"options.kt_threadpool_count is {pools(sc)} but kt_cpuinfer gives {threads(sc)} "
+            "threads: each pool takes kt_cpuinfer / kt_threadpool_count of them",
+            field="options.kt_threadpool_count",
+        )
+    _refuse_split(sc, moe.expert_intermediate)
     tokens = sc.prompt + sc.generate
     if o.max_total_tokens is not None and tokens * sc.batch > o.max_total_tokens:
         raise InputError(
@@ -291,6 +299,27 @@ def refuse(sc: Scenario) -> None:
             f"{m} runs beside SGLang's GPU model, a Hugging Face checkpoint (bf16, fp8, …), "
             f"not a GGUF ({sc.setup.weights.value}); kt_method LLAMAFILE reads GGUF experts",
             field="precision.weights",
+        )
+
+
+def _refuse_split(sc: Scenario, intermediate: int) -> None:
+    """Refuse what ``TP_MOE_Common`` throws on: each expert's intermediate dimension split over
+    the pools, in whole QK_K (256-value) blocks for LLAMAFILE, evenly for the other methods."""
+    n = pools(sc)
+    field = "options.kt_threadpool_count"
+    if method(sc) == "LLAMAFILE":
+        if intermediate % QK_K or intermediate // QK_K < n:
+            raise InputError(
+                f"LLAMAFILE splits each expert's {intermediate} intermediate values over the "
+                f"{n} pools in blocks of {QK_K} (kt-kernel's TP_MOE_Common): it needs a multiple "
+                f"of {QK_K} and at least one block a pool",
+                field=field,
+            )
+    elif intermediate % n:
+        raise InputError(
+            f"kt-kernel splits each expert's {intermediate} intermediate values evenly over the "
+            f"pools (TP_MOE_Common): {intermediate} is not a multiple of {n}",
+            field=field,
         )
 
 
