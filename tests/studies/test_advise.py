@@ -234,3 +234,12 @@ def test_on_two_sockets_each_llama_cpp_offload_is_tried_with_numa_distribute():
     assert dict(parse_command(best["command"], a.search.model).options) == best["options"]
     # one socket: nothing to distribute
     assert not any(c.options.get("numa") for c in _gpt_oss().search.choices)
+
+
+def test_a_numa_command_comes_with_llama_cpp_s_page_cache_note():
+    """llama.cpp's --numa help: drop the page cache before the first run with it."""
+    from kvoffload.studies.advise import NUMA_NOTE
+
+    server = advise(load_system("rtx-4090-2s-xeon-6454s"), "qwen3-235b-a22b", Workload(8192))
+    assert server.to_json()["notes"] == [NUMA_NOTE] and "drop_caches" in NUMA_NOTE
+    assert _gpt_oss().to_json()["notes"] == []

@@ -50,7 +50,7 @@ def advise(args: argparse.Namespace) -> int:
     """Print the configurations that run the model on the machine, fastest first."""
     from kvoffload.inputs.hardware import load_system
     from kvoffload.inputs.units import format_number
-    from kvoffload.studies.advise import ALL, advise, advise_all, cells
+    from kvoffload.studies.advise import ALL, advise, advise_all, cells, notes
     from kvoffload.studies.advise_search import Workload
 
     try:
@@ -82,6 +82,8 @@ def advise(args: argparse.Namespace) -> int:
                 rows.append({**cell, **cells(b)})
                 cmds.append(b["command"])
         _table(rows, cmds)
+        for note in notes([a["best"] for a in found if a["best"] is not None]):
+            print(f"  note: {note}")
         return 0
     try:
         result = advise(system, args.model, wl, args.engines, budget)
@@ -98,6 +100,8 @@ def advise(args: argparse.Namespace) -> int:
     )
     if found:
         _table([{"#": str(r["rank"]), **cells(r)} for r in found], [r["command"] for r in found])
+    for note in notes(found):
+        print(f"  note: {note}")
     for e, w, k, why in s.left_out:
         print(f"  left out: {e} {w} {k}: {why}".replace("  :", ":"))
     return 0

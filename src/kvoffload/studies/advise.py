@@ -8,7 +8,7 @@ shape the latter for the book's table and chart (pandas, imported there).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,6 +61,21 @@ def flags(c: Choice) -> str:
     return " ".join(words)
 
 
+# llama.cpp's --numa help (common/arg.cpp): "if run without this previously, it is recommended to
+# drop the system page cache before using this"; its threads fault the mapped file in, so the pages
+# sit where they read them only then (issue #11744)
+NUMA_NOTE = (
+    "--numa: drop the page cache before the first run with it (sync; echo 3 | sudo tee "
+    "/proc/sys/vm/drop_caches), as llama.cpp's help asks; with the pages where an earlier run "
+    "left them, the sockets read at about one socket's rate"
+)
+
+
+def notes(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Return what to know before running the rows' commands (one note per kind, in order)."""
+    return [NUMA_NOTE] if any(r["options"].get("numa") for r in rows) else []
+
+
 def row(c: Choice, model: Model, wl: Workload, path: str = "") -> dict[str, Any]:
     """Return one configuration as the JSON object ``advise --json`` prints."""
     return {
@@ -104,6 +119,7 @@ class Advice:
             "batch": s.workload.batch,
             "tried": s.tried,
             "configurations": self.rows,
+            "notes": notes(self.rows),
             "left_out": [
                 {"engine": e, "weights": w, "kv": kv_name(e, k), "why": why}
                 for e, w, k, why in s.left_out
