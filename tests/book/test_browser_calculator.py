@@ -619,6 +619,27 @@ def test_the_best_placement_is_advises_for_random_machines_models_and_contexts(p
     assert not errors and not offhost
 
 
+def test_a_numa_answer_on_two_sockets_carries_the_page_cache_note(page):
+    """On two sockets advise's answer can be a --numa distribute command; the page says, as
+    advise does, to drop the page cache before its first run (llama.cpp's --numa help)."""
+    pg, errors, _ = page
+    machine, model, context = "rtx-4090-2s-xeon-6454s", "qwen3-235b-a22b", 8192
+    want = _advise_best(machine, model, context, 1)
+    assert want is not None and want["options"].get("numa") == "distribute"
+    wl = Workload(context, 1)
+    inputs = {"machine": machine, "figures": {}, "model": model, "engine": "generic",
+              "weights_format": "bf16", "kv_format": "bf16", "context": context,
+              "generate": wl.generate, "batch": 1}  # fmt: skip
+    got, shown = pg.evaluate(
+        "p => { window.kvoCalc.set(p); const got = window.kvoCalc.best();"
+        " return [got, window.kvoCalc.read()]; }",
+        inputs,
+    )
+    assert got["command"] == want["command"] and "--numa distribute" in got["command"]
+    assert "drop the page cache" in shown["best"] and "drop_caches" in shown["best"]
+    assert not errors
+
+
 def test_the_context_takes_128k_and_1m_and_131072_gives_numbers(page):
     pg, errors, _ = page
     base = {"machine": "h200-sxm-pcie5", "figures": {}, "engine": "generic", "generate": 32,

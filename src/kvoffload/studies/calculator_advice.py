@@ -17,7 +17,7 @@ from kvoffload.engines.each.vllm import GiB
 from kvoffload.engines.each.vllm import Options as VllmOptions
 from kvoffload.inputs.models import load_model, model_ids
 from kvoffload.studies import advise_commands
-from kvoffload.studies.advise import _KV_FLAG
+from kvoffload.studies.advise import _KV_FLAG, NUMA_NOTE
 from kvoffload.studies.advise_search import (
     CPU_OFFLOAD,
     ENGINES,
@@ -62,5 +62,6 @@ def advice_data() -> dict[str, Any]:
         "llama_kv": dict(advise_commands._LLAMA_KV),
         "vllm_kv": dict(advise_commands._VLLM_KV),
         "vllm_quantization": dict(advise_commands._VLLM_QUANT),
+        "numa_note": NUMA_NOTE,  # advise.notes: what a --numa command needs before it runs
         "models": {ident: model_candidates(ident) for ident in model_ids()},
     }

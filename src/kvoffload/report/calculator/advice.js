@@ -232,7 +232,7 @@
         "kvoffload advise at " + at + mine + ": " + engine + ", " + r.weights + " weights, KV " + r.kv + ", " +
         r.offload + ": " + nf(3).format(r.tokens_per_s) + " tokens/s. " +
         (r.engine === "llamacpp" ? "Put in the form." : "The form's engines are the step model and llama.cpp; run:") +
-        " " + r.command;
+        " " + r.command + (r.options.numa ? " Note: " + A.numa_note + "." : "");
       if (r.engine === "llamacpp") {
         form.fill({
           engine: "llamacpp",
