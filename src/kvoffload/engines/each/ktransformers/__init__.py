@@ -57,6 +57,7 @@ from kvoffload.engines.each.ktransformers.cpu_kernels import (
     HIDDEN_BYTES,
     compute_rate,
     constants,
+    hidden_round_trip_s,
     stream_rate,
 )
 from kvoffload.engines.each.ktransformers.prediction import experts_on_cpu
@@ -363,11 +364,7 @@ def predict(sc: Scenario) -> Prediction:
     mla = mla_decode_s(o.mla_decode)
     mla_s = np.where(lay.kv_per_token[pos_class] > 0, mla, 0.0) if model.mla else 0.0
     hidden = batch * model.hidden * HIDDEN_BYTES
-    link = p["moe_layers"] * (
-        hidden / system.copy_rate("h2d", pinned=True)
-        + hidden / system.copy_rate("d2h", pinned=True)
-        + 2 * system.link.latency.value
-    )
+    link = p["moe_layers"] * (hidden_round_trip_s(system, hidden) + 2 * system.link.latency.value)
 
     def per_token(_point: np.ndarray, context: np.ndarray) -> np.ndarray:
         held = np.minimum(np.asarray(context, dtype=np.float64)[..., None], window)
@@ -431,10 +428,7 @@ def _prefill_s(sc: Scenario, p: dict) -> float:
             (flops_all - expert_flops) / system.compute_rate,
             gpu_bytes / system.gpu.streaming_bandwidth,
         )
-        hidden = tokens * model.hidden * HIDDEN_BYTES * p["moe_layers"]
-        link = hidden / system.copy_rate("h2d", pinned=True) + hidden / system.copy_rate(
-            "d2h", pinned=True
-        )
+        link = hidden_round_trip_s(system, tokens * model.hidden * HIDDEN_BYTES * p["moe_layers"])
         total += gpu + cpu + link
         done += c
     return total

@@ -11,7 +11,7 @@ from __future__ import annotations
 from functools import cache
 
 from kvoffload.inputs import catalog
-from kvoffload.inputs.hardware import Host
+from kvoffload.inputs.hardware import Host, System
 from kvoffload.inputs.precision import WeightFormat
 from kvoffload.model import cpu_rate
 
@@ -28,6 +28,14 @@ def constants() -> dict:
 def constant(name: str) -> float:
     """Return one of KTransformers' engine constants' value."""
     return float(constants()[name]["value"])
+
+
+def hidden_round_trip_s(system: System, nbytes: float) -> float:
+    """Return the seconds ``nbytes`` of hidden state take to the CPU's experts and their output
+    back: the pinned host buffers' copies each way (KExpertsCPU's input and output tensors)."""
+    return nbytes / system.copy_rate("h2d", pinned=True) + nbytes / system.copy_rate(
+        "d2h", pinned=True
+    )
 
 
 def socket_scale(host: Host, n_threads: int, numa: str | None) -> tuple[float, float]:

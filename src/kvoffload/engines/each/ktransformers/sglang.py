@@ -114,12 +114,6 @@ LARGE_GPU_CHUNK = 16384
 QK_K = 256  # a GGUF k-quant block: LLAMAFILE splits experts over the pools in whole blocks
 
 
-def active(sc: Scenario) -> bool:
-    """Return True where the scenario names a ``kt_*`` option: KTransformers inside SGLang."""
-    o = sc.options
-    return any(getattr(o, name) is not None for name in SGLANG_OPTIONS)
-
-
 SGLANG_OPTIONS = (
     "kt_method",
     "kt_cpuinfer",
@@ -141,6 +135,12 @@ ARCHIVE_OPTIONS = (
     "numactl_node",
     "cache_lens",
 )
+
+
+def active(sc: Scenario) -> bool:
+    """Return True where the scenario names a ``kt_*`` option: KTransformers inside SGLang."""
+    o = sc.options
+    return any(getattr(o, name) is not None for name in SGLANG_OPTIONS)
 
 
 def method(sc: Scenario) -> str:
@@ -388,10 +388,7 @@ def predict(sc: Scenario) -> Prediction:
     start = np.where(moe, h, 0.0)
     hidden = batch * model.hidden * kt.HIDDEN_BYTES
     link = p["moe_layers"] * (
-        h
-        + hidden / system.copy_rate("h2d", pinned=True)
-        + hidden / system.copy_rate("d2h", pinned=True)
-        + 2 * system.link.latency.value
+        h + kt.hidden_round_trip_s(system, hidden) + 2 * system.link.latency.value
     )
 
     def per_token(_point: np.ndarray, context: np.ndarray) -> np.ndarray:
@@ -474,10 +471,8 @@ def _prefill_s(sc: Scenario, p: dict) -> float:
             cpu_stream = float(p["cpu_expert_bytes"].sum()) * share * touched / stream_rate(sc)
             cpu = max(share * expert_flops / compute_rate(sc, tokens * k / n), cpu_stream)
             hidden = tokens * model.hidden * kt.HIDDEN_BYTES * p["moe_layers"]
-            link = hidden / system.copy_rate("h2d", pinned=True) + hidden / system.copy_rate(
-                "d2h", pinned=True
-            )
-            link += 2 * host_func_s() * p["moe_layers"]  # each MoE layer's submit and sync
+            # each MoE layer's hidden state both ways, and its submit and sync
+            link = kt.hidden_round_trip_s(system, hidden) + 2 * host_func_s() * p["moe_layers"]
             total += rest + max(cpu, on_gpu * (1 - share)) + link
         done += c
     return total
