@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,7 +13,8 @@ from kvoffload.engines.each.ktransformers import cpu_kernels
 from kvoffload.engines.each.ktransformers import sglang as kts
 from kvoffload.engines.scenario import parse_scenario, predict
 from kvoffload.inputs.errors import InputError
-from kvoffload.model import tensor_groups
+from kvoffload.inputs.precision import WeightFormat
+from kvoffload.model import kv, tensor_groups
 
 BASE = {
     "hardware": "rtx-4090-2s-xeon-6454s",
@@ -89,16 +89,17 @@ def test_kt_options_select_sglang_and_the_rest_the_single_request_engine():
 
 
 def test_the_experts_split_between_gpu_and_host_and_their_bytes_add_up():
-    """BF16 on both sides: the GPU's experts and the host's are all the routed bytes, once."""
-    model = _sc(README).model
-    table = tensor_groups.tensor_table(model, _sc(README).setup.weights)
+    """BF16 on both sides: the GPU holds the rest, its g experts a layer and the KV cache, the
+    host the other experts, every routed byte once (fit or not: the split is what is asked)."""
+    sc = _sc(README)
+    table = tensor_groups.tensor_table(sc.model, sc.setup.weights)
     experts = float(table.nbytes[table.routed].sum())
     rest = float(table.nbytes[~table.routed].sum())
-    for g in (0, 16, 32):
-        p = predict(_sc({**README, "kt_method": "BF16", "kt_num_gpu_experts": g}))
-        kv_bytes = float(p.memory.gpu) - rest - experts * g / 128
-        assert float(p.memory.cpu) == pytest.approx(experts * (128 - g) / 128)
-        assert 0 < kv_bytes < 1e9  # the KV cache of 1,033 tokens, well under a GB
+    cache = float(kv.layer_bytes(sc.setup.cache_model, sc.prompt + sc.generate, sc.setup.kv).sum())
+    for g in (0, 32, 96, 128):
+        p = predict(_sc({**README, "kt_method": "BF16", "kt_num_gpu_experts": g}), check=False)
+        assert float(p.memory.cpu) == pytest.approx(experts * (128 - g) / 128, rel=1e-9, abs=1)
+        assert float(p.memory.gpu) == pytest.approx(rest + experts * g / 128 + cache, rel=1e-9)
 
 
 def test_more_gpu_experts_never_slow_decode_and_all_on_the_gpu_leaves_the_cpu_idle():
@@ -119,27 +120,32 @@ def test_the_ratio_places_its_share_of_every_layer_s_experts():
 @settings(max_examples=25, deadline=None)
 @given(
     d=st.integers(0, 8),
-    g=st.integers(0, 32),
-    context=st.integers(16, 8192),
-    batch=st.integers(1, 4),
+    g=st.integers(0, 128),
+    context=st.integers(16, 32768),
+    batch=st.integers(1, 8),
 )
 def test_deferring_experts_only_overlaps_and_never_beats_the_cpu_alone(d, g, context, batch):
-    """Deferral is never slower than none, and no layer beats its CPU experts' own time."""
+    """Deferral is never slower than none, and no token beats its CPU experts' own time and
+    the link's (the timing holds whether or not the GPU holds it all)."""
     opts = {**README, "kt_num_gpu_experts": g}
     none = predict(
-        _sc({**opts, "kt_max_deferred_experts_per_token": 0}, prompt=context, batch=batch)
+        _sc({**opts, "kt_max_deferred_experts_per_token": 0}, prompt=context, batch=batch),
+        check=False,
     )
     some = predict(
-        _sc({**opts, "kt_max_deferred_experts_per_token": d}, prompt=context, batch=batch)
+        _sc({**opts, "kt_max_deferred_experts_per_token": d}, prompt=context, batch=batch),
+        check=False,
     )
     assert some.tpot_s <= none.tpot_s * (1 + 1e-12)
-    assert some.tpot_s >= some.streams_s["h2d"] + 0.0
+    assert some.tpot_s >= (some.streams_s["cpu"] + some.streams_s["h2d"]) * (1 - 1e-12)
 
 
 def test_the_steady_state_of_a_deferred_layer_is_the_cpu_where_the_cpu_is_slowest():
     """All experts on the CPU at batch 1: without deferral a layer is A + h + C, with all k
     deferred it is max(C, A + h) = C, so the token is faster by the GPU's part of the MoE layers
-    and the submit's round trip (h), all but the last."""
+    and the submit's round trip (h), all but the last, which defers none. The 48 layers are
+    alike, so each one's GPU part is the step's less the output layer's, over 48: the saving is
+    that arithmetic, to rounding."""
     opts = {**README, "kt_num_gpu_experts": 0}
     none = predict(_sc({**opts, "kt_max_deferred_experts_per_token": 0}))
     every = predict(_sc({**opts, "kt_max_deferred_experts_per_token": 8}))
@@ -151,16 +157,19 @@ def test_the_steady_state_of_a_deferred_layer_is_the_cpu_where_the_cpu_is_slowes
     # the last MoE layer defers none: the saving is the GPU's time of the 47 others and the
     # submit's round trip before each of them
     saving = (layers_gpu / 48 + kts.host_func_s()) * 47
-    assert none.tpot_s - every.tpot_s == pytest.approx(saving, rel=0.02)
+    assert none.tpot_s - every.tpot_s == pytest.approx(saving, rel=1e-9)
 
 
 @settings(max_examples=25, deadline=None)
-@given(context=st.integers(1, 16384), batch=st.integers(1, 4), more=st.integers(1, 4096))
+# the prompt up to Qwen3-30B-A3B's 40,960 positions less the 64 generated and the 4,096 more
+@given(context=st.integers(1, 36800), batch=st.integers(1, 16), more=st.integers(1, 4096))
 def test_decode_never_speeds_up_with_context_or_batch(context, batch, more):
-    opts = {**README, "kt_num_gpu_experts": 8}
-    base = predict(_sc(opts, prompt=context, batch=batch)).tpot_s
-    assert predict(_sc(opts, prompt=context + more, batch=batch)).tpot_s >= base * (1 - 1e-12)
-    assert predict(_sc(opts, prompt=context, batch=batch + 1)).tpot_s >= base * (1 - 1e-12)
+    def tpot(prompt: int, b: int) -> float:
+        return predict(_sc(README, prompt=prompt, batch=b), check=False).tpot_s
+
+    base = tpot(context, batch)
+    assert tpot(context + more, batch) >= base * (1 - 1e-12)
+    assert tpot(context, batch + 1) >= base * (1 - 1e-12)
 
 
 def test_two_pools_on_two_sockets_stream_faster_than_one_and_hold_one_copy():
@@ -171,9 +180,12 @@ def test_two_pools_on_two_sockets_stream_faster_than_one_and_hold_one_copy():
 
 
 def test_the_cpu_experts_read_in_the_method_s_format():
-    int8 = predict(_sc({**README, "kt_num_gpu_experts": 0}))
+    sc = _sc({**README, "kt_num_gpu_experts": 0})
+    int8 = predict(sc)
     bf16 = predict(_sc({**README, "kt_method": "BF16", "kt_num_gpu_experts": 0}))
-    assert float(bf16.memory.cpu) == pytest.approx(2 * float(int8.memory.cpu), rel=0.02)
+    for p, fmt in ((int8, WeightFormat.INT8), (bf16, WeightFormat.BF16)):
+        table = tensor_groups.tensor_table(sc.model, fmt)
+        assert float(p.memory.cpu) == pytest.approx(float(table.nbytes[table.routed].sum()))
     llamafile = predict(
         _sc({**README, "kt_method": "LLAMAFILE", "kt_num_gpu_experts": 0}, weights="q4_k_m")
     )
@@ -194,14 +206,22 @@ def test_the_prefill_chunk_defaults_by_gpu_memory_as_sglang_sets_it(hardware, ch
 
 def test_a_chunk_at_the_threshold_uploads_the_cpu_experts_layer_by_layer():
     """Native BF16, 8,192-token chunks: at a threshold of 4,096 each layer's CPU experts cross
-    the link once, whatever the chunk's tokens; below the threshold the CPU computes them."""
-    opts = {**README, "kt_method": "BF16", "kt_num_gpu_experts": 0, "chunked_prefill_size": 8192}
-    sc = _sc({**opts, "kt_gpu_prefill_token_threshold": 4096}, prompt=8192)
+    the link once and the GPU computes every expert, so with all experts on the CPU the prefill
+    takes exactly their upload longer than with all of them on the GPU (an 80 GB H100 holds
+    both); a threshold the chunk does not reach leaves the prefill hybrid, as with none."""
+    opts = {**README, "kt_method": "BF16", "chunked_prefill_size": 8192}
+    at = {**opts, "kt_gpu_prefill_token_threshold": 4096}
+    sc = _sc({**at, "kt_num_gpu_experts": 0}, hardware="h100-sxm-pcie5", prompt=8192)
     layerwise = predict(sc)
+    all_gpu = predict(
+        _sc({**at, "kt_num_gpu_experts": 128}, hardware="h100-sxm-pcie5", prompt=8192)
+    )
     upload = float(layerwise.memory.cpu) / sc.system.copy_rate("h2d", pinned=True)
-    assert layerwise.ttft_s > upload
+    assert layerwise.ttft_s - all_gpu.ttft_s == pytest.approx(upload, rel=1e-9)
+    opts = {**opts, "kt_num_gpu_experts": 0}
     hybrid = predict(_sc({**opts, "kt_gpu_prefill_token_threshold": 16384}, prompt=8192))
-    assert hybrid.ttft_s != layerwise.ttft_s
+    assert hybrid.ttft_s == predict(_sc(opts, prompt=8192)).ttft_s
+    assert hybrid.ttft_s != predict(_sc({**opts, **at}, prompt=8192)).ttft_s
     # a quantised AMX method has no GPU layout of its experts: the threshold does not apply
     amx = {**opts, "kt_method": "AMXINT8"}
     with_t = predict(_sc({**amx, "kt_gpu_prefill_token_threshold": 4096}, prompt=8192))
@@ -215,12 +235,6 @@ def test_prefill_on_the_cpu_is_bounded_by_the_amx_tile_rate():
     rate = kts.compute_rate(sc, tokens_per_expert=2048 * 8 / 128)
     assert rate <= per_core * 64 * (1 + 1e-12)
     assert kts.compute_rate(sc, tokens_per_expert=2) == sc.system.host.flops.value
-
-
-def test_the_last_moe_layer_defers_none():
-    """Only the last layer's CPU time counts in full where deferral hides all the others."""
-    sc = _sc({**README, "kt_num_gpu_experts": 0, "kt_max_deferred_experts_per_token": 8})
-    assert np.isfinite(predict(sc).tpot_s)
 
 
 def test_each_moe_layer_waits_on_its_submit_and_sync_callbacks(monkeypatch):
