@@ -5,9 +5,11 @@ swapped in without an instant where it is missing."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -39,10 +41,13 @@ def _checkout(root: Path) -> Path:
     return root
 
 
-def _book(root: Path) -> subprocess.Popen:
+def _book(root: Path, tmp: Path | None = None) -> subprocess.Popen:
+    """Start ``kvoffload book`` in ``root``, with ``tmp`` as its temporary folder if given."""
+    env = None if tmp is None else {**os.environ, "TMPDIR": str(tmp)}
     return subprocess.Popen(
         [sys.executable, "-m", "kvoffload", "book", "--quiet", "--jobs", "2"],
         cwd=root,
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -93,7 +98,9 @@ def _wait_for_sleeping_kernels(proc: subprocess.Popen, root: Path, timeout: floa
 @pytest.mark.parametrize("how", ["Ctrl-C", "SIGTERM", "SIGHUP"])
 def test_an_interrupt_stops_the_build_at_once_and_leaves_nothing_running(tmp_path, how):
     root = _checkout(tmp_path)
-    proc = _book(root)
+    # the system's temporary folder, as a build's (pytest's is too deep for the kernels' sockets)
+    tmp = Path(tempfile.mkdtemp(prefix="kvt-"))
+    proc = _book(root, tmp)
     try:
         children = _wait_for_sleeping_kernels(proc, root)
         assert children
@@ -114,6 +121,9 @@ def test_an_interrupt_stops_the_build_at_once_and_leaves_nothing_running(tmp_pat
     time.sleep(0.5)
     alive = [p for p in children if _alive(p)]
     assert not alive, [_command(p) for p in alive]
+    left = sorted(p.name for p in tmp.iterdir())  # the kernels' folders went with them
+    shutil.rmtree(tmp, ignore_errors=True)
+    assert left == []
     # the last site is untouched, the finished runs stay: the next build resumes from them
     assert (root / "_build" / "html" / "index.html").read_text() == "the last good site"
     assert all(cached(j) for j in _quick_jobs(root))

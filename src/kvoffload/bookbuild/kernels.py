@@ -9,11 +9,14 @@ is replaced before the next job.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import queue
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,6 +26,13 @@ from pathlib import Path
 KERNEL_NAME = "python3"
 START_TIMEOUT_S = 300  # a busy two-core machine can take over a minute to start one
 CELL_TIMEOUT_S = 1200  # no chapter cell computes for 20 minutes: one that does is stuck
+STDERR_TAIL_BYTES = 4096  # read of the kernel's own error output when it fails to start
+STDERR_QUOTED_CHARS = 600  # the end of it, quoted in the error
+# Unix sockets, not TCP: jupyter_client picks TCP ports by binding and releasing them, and a port
+# taken by another process before the kernel binds it kills the kernel at start (jupyter/
+# jupyter_client#276), which parallel builds and test workers made happen; a socket path longer
+# than this (a long TMPDIR) does not fit in sockaddr_un (104 bytes on macOS), so TCP is kept there
+MAX_IPC_PATH = 100
 RESET_TIMEOUT_S = 60  # emptying the namespace takes milliseconds; a kernel that does not answer
 # in this time was broken by the last notebook (a patched module it relies on) and is replaced
 # run before every notebook: an empty user namespace, the chapter folder as working folder
@@ -46,6 +56,17 @@ _PREIMPORT = (
     "        pass\n"
     "del _kvoffload_importlib, _kvoffload_name\n"
 )
+
+# the folders of the kernels not yet ended: a build stopped by a signal may exit before a kernel
+# still starting on its own thread is ended (the kernel then exits with its parent), so what is
+# left is removed at exit
+_LIVE_FOLDERS: set[Path] = set()
+
+
+@atexit.register
+def _remove_live_folders() -> None:
+    for folder in list(_LIVE_FOLDERS):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @cache
@@ -91,17 +112,40 @@ class Kernel:
         from nbformat.v4 import new_notebook
 
         self.cwd = str(cwd)
+        # the kernel's connection file, sockets and error output: removed when it ends
+        self._dir = Path(tempfile.mkdtemp(prefix="kvoffload-kernel-"))
+        _LIVE_FOLDERS.add(self._dir)
+        self._km = None
         boot = _client_class()(
             new_notebook(), kernel_name=KERNEL_NAME, startup_timeout=START_TIMEOUT_S
         )
-        boot.create_kernel_manager()
-        # the kernel's own chatter (a warning about its transport) is not the build's: failures
-        # come back as error messages
-        boot.start_new_kernel(cwd=self.cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if on_spawn is not None:
-            on_spawn()
-        boot.start_new_kernel_client()
-        self._km, self._kc = boot.km, boot.kc
+        try:
+            boot.create_kernel_manager()
+            self._km = boot.km
+            if len(str(self._dir / "kernel-ipc-5")) <= MAX_IPC_PATH:
+                boot.km.transport = "ipc"
+            boot.km.connection_file = str(self._dir / "kernel.json")
+            with open(self._dir / "stderr", "wb") as stderr:  # the kernel holds its own copy
+                boot.start_new_kernel(cwd=self.cwd, stdout=subprocess.DEVNULL, stderr=stderr)
+            if on_spawn is not None:
+                on_spawn()
+            boot.start_new_kernel_client()
+        except Exception as exc:
+            tail = self._stderr_tail()
+            self.kill()
+            said = f"; it wrote: {tail}" if tail else ""
+            raise KernelBroken(f"the kernel did not start ({exc}){said}") from exc
+        self._kc = boot.kc
+
+    def _stderr_tail(self) -> str:
+        """Return the end of the kernel's error output, on one line (empty when none)."""
+        try:
+            with open(self._dir / "stderr", "rb") as f:
+                f.seek(max(0, f.seek(0, os.SEEK_END) - STDERR_TAIL_BYTES))
+                text = f.read(STDERR_TAIL_BYTES).decode("utf-8", "replace")
+        except OSError:
+            return ""
+        return " ".join(text.split())[-STDERR_QUOTED_CHARS:]
 
     @property
     def _process(self):
@@ -177,23 +221,24 @@ class Kernel:
     def kill(self) -> None:
         """Kill the kernel's whole process group at once (used on interrupt and at the end)."""
         pid = self.pid
-        if pid is None:
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGKILL)  # the kernel leads its own session and group
-        process = self._process
-        if process is not None:
-            process.wait()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)  # the kernel leads its own session and group
+            process = self._process
+            if process is not None:
+                process.wait()
+        shutil.rmtree(self._dir, ignore_errors=True)
+        _LIVE_FOLDERS.discard(self._dir)
 
     def close(self) -> None:
         """Stop the client's channels and end the kernel."""
         try:
             self._kc.stop_channels()
         finally:
-            self.kill()
+            self.kill()  # and its folder: connection file, sockets and error output
             from jupyter_core.utils import run_sync
 
-            # the connection file of the ended kernel; best effort, the kernel is gone either way
+            # the manager's own sockets; best effort, the kernel is gone either way
             with contextlib.suppress(Exception):
                 run_sync(self._km.cleanup_resources)()
 
