@@ -62,6 +62,10 @@ class Gpu(Part, kw_only=True):
     compute_efficiency: Efficiency | None = None  # share of the dense peak that GEMMs reach
     # the rate at which decode attention reads the KV cache, where measured below the memory's
     attention_bandwidth: DeviceBandwidth | None = None
+    # the 16-bit FLOP/s prefill's causal attention reaches (a FlashAttention-class kernel over a
+    # long prompt), where measured; without it attention runs at the matmuls' rate. Not held
+    # below flops_bf16: a profile may give the dense rate reached there (the calculator does)
+    attention_flops: FlopRate | None = None
     count: Annotated[int, Meta(ge=1, le=64)] = 1
 
     def __post_init__(self) -> None:
@@ -87,6 +91,10 @@ class Gpu(Part, kw_only=True):
         """Return the dense bf16 rate GEMMs reach (FLOP/s): peak x compute_efficiency."""
         eff = self.compute_efficiency.value if self.compute_efficiency else 1.0
         return self.flops_bf16.value * eff
+
+    def prefill_attention_rate(self, matmul_rate: float) -> float:
+        """Return the FLOP/s of prefill attention: ``attention_flops``, else ``matmul_rate``."""
+        return self.attention_flops.value if self.attention_flops else matmul_rate
 
 
 class Link(Part, kw_only=True):

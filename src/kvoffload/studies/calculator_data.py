@@ -72,6 +72,10 @@ FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec("host_bandwidth", "Host memory bandwidth", "GB/s", 1e9, 1e7, 1e13, main=True),
     FigureSpec("gpu_flops", "GPU dense 16-bit rate reached", "TFLOP/s", 1e12, 1e9, 1e18),
     FigureSpec("attention_bandwidth", "GPU attention read rate", "GB/s", 1e9, 1e9, 1e14),
+    # Gpu.attention_flops: prefill attention's measured rate; none: the matmuls' rate
+    FigureSpec(
+        "gpu_attention_flops", "GPU prefill attention rate", "TFLOP/s", 1e12, 1e9, 1e18, True
+    ),
     FigureSpec("d2h", "Link, GPU→host", "GB/s", 1e9, 1e7, 1e13),
     FigureSpec("pageable", "Link, pageable memory", "GB/s", 1e9, 1e7, 1e13, optional=True),
     FigureSpec("link_latency", "Link latency per copy", "µs", 1e-6, 1e-9, 1.0, zero=True),
@@ -99,6 +103,9 @@ def machine_figures(system: System) -> dict[str, float | None]:
         "host_bandwidth": host.memory_bandwidth.value,
         "gpu_flops": system.compute_rate,
         "attention_bandwidth": system.gpu.attention_rate,
+        "gpu_attention_flops": (
+            system.gpu.attention_flops.value if system.gpu.attention_flops else None
+        ),
         "d2h": link.d2h_bandwidth.value,
         "pageable": link.pageable_bandwidth.value if link.pageable_bandwidth else None,
         "link_latency": link.latency.value,
@@ -133,6 +140,11 @@ def profile_mapping(
         "memory_bandwidth_achievable": f"{f['gpu_bandwidth']!r} B/s",
         "attention_bandwidth": f"{f['attention_bandwidth']!r} B/s",
         "flops_bf16": f"{f['gpu_flops']!r} FLOP/s",
+        **(
+            {"attention_flops": f"{f['gpu_attention_flops']!r} FLOP/s"}
+            if f["gpu_attention_flops"] is not None
+            else {}
+        ),
         **(calculator_llamacpp.gpu_mapping(gpu_extra) if gpu_extra else {}),
     }
     link = {

@@ -38,7 +38,7 @@ from kvoffload.model.decode.placement import (
     by_groups,
     offloaded,
 )
-from kvoffload.model.decode.prefill import prefill_flops, ttft
+from kvoffload.model.decode.prefill import prefill_attention_flops, prefill_flops, ttft
 from kvoffload.model.decode.streams import STREAM_NAMES, STREAMS, cpu_stream_name, stream_times
 from kvoffload.model.decode.traffic import WeightTraffic, weight_traffic
 
@@ -67,6 +67,7 @@ __all__ = [
     "mean_step",
     "memory",
     "offloaded",
+    "prefill_attention_flops",
     "prefill_flops",
     "prefill_reserve",
     "resident_weight_bytes",

@@ -40,6 +40,18 @@ def prefill_flops(
     return per_class @ lay.count
 
 
+def prefill_attention_flops(
+    model: Model, prompt: ArrayLike, batch: ArrayLike = 1, cached: ArrayLike = 0
+) -> np.ndarray:
+    """Return the part of ``prefill_flops`` that is causal attention (scores and values)."""
+    lay = layers(model, WeightFormat.BF16)
+    s = np.asarray(prompt, dtype=np.float64)[..., None]
+    c = np.asarray(cached, dtype=np.float64)[..., None]
+    b = np.asarray(batch, dtype=np.float64)[..., None]
+    w = lay.window
+    return (b * lay.attn_flops * (_attended(s, w) - _attended(c, w))) @ lay.count
+
+
 def ttft(
     setup: Setup,
     prompt: ArrayLike,
@@ -54,8 +66,9 @@ def ttft(
     ``cached``: the prompt's first tokens are already in GPU memory (a prefix-cache hit, reloaded
     or kept): the new tokens are computed, their attention reads the cached KV once from GPU
     memory, and only the new tokens' KV is written out where the placement offloads it.
-    ``rate``: the FLOP/s the engine's prefill kernels reach (default: ``system.compute_rate``);
-    ``gpu_weight_bytes``: the weight bytes the GPU reads (default: every weight).
+    ``rate``: the FLOP/s the engine's prefill matmuls reach (default: ``system.compute_rate``);
+    attention runs at the GPU's measured attention rate where the catalog has one, else at
+    ``rate``; ``gpu_weight_bytes``: the weight bytes the GPU reads (default: every weight).
     """
     sysm, p = setup.system, setup.placement
     hbm = sysm.gpu.streaming_bandwidth
@@ -68,9 +81,14 @@ def ttft(
         prefix = _kv_total(setup, c, batch) - _kv_total(setup, np.zeros_like(c), batch)
         reads = reads + prefix / sysm.gpu.attention_rate
         kv_total = kv_total - prefix
-    compute = np.maximum(
-        prefill_flops(setup.model, prompt, batch, cached) / (rate or sysm.compute_rate), reads
-    )
+    matmul_rate = rate or sysm.compute_rate
+    flops = prefill_flops(setup.model, prompt, batch, cached)
+    if sysm.gpu.attention_flops is None:
+        compute = np.maximum(flops / matmul_rate, reads)
+    else:
+        attention = prefill_attention_flops(setup.model, prompt, batch, cached)
+        attention_rate = sysm.gpu.prefill_attention_rate(matmul_rate)
+        compute = np.maximum((flops - attention) / matmul_rate + attention / attention_rate, reads)
     rate_in = sysm.copy_rate("h2d", pinned=p.pinned)
     rate_out = sysm.copy_rate("d2h", pinned=p.pinned)
     w_in = (

@@ -288,10 +288,26 @@
       return total;
     }
 
+    // decode.prefill_attention_flops: the part of prefillFlops that is causal attention
+    function prefillAttentionFlops(model, prompt, batch, cached) {
+      const c = cached || 0;
+      const lay = layers(model, "bf16");
+      const attended = (s, w) => {
+        const wf = Math.min(w, s);
+        return (wf * wf) / 2 + (s - wf) * wf;
+      };
+      let total = 0;
+      for (let i = 0; i < lay.count.length; i++) {
+        const w = lay.window[i];
+        total += lay.count[i] * batch * lay.attn_flops[i] * (attended(prompt, w) - attended(c, w));
+      }
+      return total;
+    }
+
     // decode.ttft: compute-bound prefill, offloaded weights streamed in, the prompt's offloaded KV
     // out; with `cached` tokens already in GPU memory, their KV read once and not written out
-    // (rate: the FLOP/s the engine's prefill reaches, default the GPU's; gpuWeightBytes: the weight
-    // bytes the GPU reads, default every weight)
+    // (rate: the FLOP/s the engine's prefill matmuls reach, default the GPU's; gpuWeightBytes: the
+    // weight bytes the GPU reads, default every weight)
     function ttft(setup, prompt, batch, cached, rate, gpuWeightBytes) {
       const m = setup.machine;
       const w = setup.weights;
@@ -304,7 +320,16 @@
         reads += prefix / m.attention_bandwidth;
         total -= prefix;
       }
-      const compute = Math.max(prefillFlops(setup.model, prompt, batch, cached) / (rate || m.gpu_flops), reads);
+      // attention at the GPU's measured attention rate where there is one, else at the matmuls'
+      const matmulRate = rate || m.gpu_flops;
+      const flops = prefillFlops(setup.model, prompt, batch, cached);
+      let compute;
+      if (m.gpu_attention_flops === null || m.gpu_attention_flops === undefined) {
+        compute = Math.max(flops / matmulRate, reads);
+      } else {
+        const attention = prefillAttentionFlops(setup.model, prompt, batch, cached);
+        compute = Math.max((flops - attention) / matmulRate + attention / m.gpu_attention_flops, reads);
+      }
       const rateIn = copyRate(m, "h2d", setup.pinned);
       const rateOut = copyRate(m, "d2h", setup.pinned);
       const wIn = (weights * (w.cpu + w.disk)) / rateIn + (weights * w.disk) / m.disk_read;

@@ -26,6 +26,7 @@
       "    attention_bandwidth: " + quantity(f.attention_bandwidth, "B/s"),
       "    flops_bf16: " + quantity(f.gpu_flops, "FLOP/s"),
     ];
+    if (f.gpu_attention_flops !== null) lines.push("    attention_flops: " + quantity(f.gpu_attention_flops, "FLOP/s"));
     // calculator_llamacpp.gpu_mapping: the GPU's int8 rate, where it has one
     if (gpu.flops_int8 !== null) lines.push("    flops_int8: " + quantity(gpu.flops_int8, "FLOP/s"));
     lines.push(
