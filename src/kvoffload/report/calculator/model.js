@@ -272,7 +272,8 @@
 
     // decode.prefill_flops: matmuls plus causal attention over the prompt, windows respected; the
     // first `cached` tokens (a prefix-cache hit) skip the matmuls, their KV is still attended
-    function prefillFlops(model, prompt, batch, cached) {
+    // decode.prefill_flops (total) and decode.prefill_attention_flops (attention), in one pass
+    function prefillParts(model, prompt, batch, cached) {
       const c = cached || 0;
       const lay = layers(model, "bf16");
       const attended = (s, w) => {
@@ -280,28 +281,18 @@
         return (wf * wf) / 2 + (s - wf) * wf;
       };
       let total = 0;
+      let attention = 0;
       for (let i = 0; i < lay.count.length; i++) {
         const w = lay.window[i];
         const attn = c ? attended(prompt, w) - attended(c, w) : attended(prompt, w);
         total += lay.count[i] * batch * ((prompt - c) * lay.dense_flops[i] + lay.attn_flops[i] * attn);
+        attention += lay.count[i] * batch * lay.attn_flops[i] * (attended(prompt, w) - attended(c, w));
       }
-      return total;
+      return { total, attention };
     }
 
-    // decode.prefill_attention_flops: the part of prefillFlops that is causal attention
-    function prefillAttentionFlops(model, prompt, batch, cached) {
-      const c = cached || 0;
-      const lay = layers(model, "bf16");
-      const attended = (s, w) => {
-        const wf = Math.min(w, s);
-        return (wf * wf) / 2 + (s - wf) * wf;
-      };
-      let total = 0;
-      for (let i = 0; i < lay.count.length; i++) {
-        const w = lay.window[i];
-        total += lay.count[i] * batch * lay.attn_flops[i] * (attended(prompt, w) - attended(c, w));
-      }
-      return total;
+    function prefillFlops(model, prompt, batch, cached) {
+      return prefillParts(model, prompt, batch, cached).total;
     }
 
     // decode.ttft: compute-bound prefill, offloaded weights streamed in, the prompt's offloaded KV
@@ -322,12 +313,11 @@
       }
       // attention at the GPU's measured attention rate where there is one, else at the matmuls'
       const matmulRate = rate || m.gpu_flops;
-      const flops = prefillFlops(setup.model, prompt, batch, cached);
+      const { total: flops, attention } = prefillParts(setup.model, prompt, batch, cached);
       let compute;
       if (m.gpu_attention_flops === null || m.gpu_attention_flops === undefined) {
         compute = Math.max(flops / matmulRate, reads);
       } else {
-        const attention = prefillAttentionFlops(setup.model, prompt, batch, cached);
         compute = Math.max((flops - attention) / matmulRate + attention / m.gpu_attention_flops, reads);
       }
       const rateIn = copyRate(m, "h2d", setup.pinned);
