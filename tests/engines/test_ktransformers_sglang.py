@@ -237,6 +237,26 @@ def test_prefill_on_the_cpu_is_bounded_by_the_amx_tile_rate():
     assert kts.compute_rate(sc, tokens_per_expert=2) == sc.system.host.flops.value
 
 
+@pytest.mark.parametrize("method", ["FP8", "FP8_PERCHANNEL"])
+def test_fp8_experts_prefill_on_the_vector_units_even_where_the_host_has_amx(method):
+    """kt-kernel's FP8 kernels call the AVX512-BF16 path at every batch size; BF16 takes the
+    tiles past 4 tokens an expert."""
+    options = {**README, "kt_method": method}
+    sc = _sc(options, weights="fp8", prompt=8192)
+    assert sc.system.host.amx
+    tokens = 8192 * 8 / 128
+    host = sc.system.host
+    every_core = host.flops.value * 64 / (host.performance_cores or host.cores)
+    assert kts.compute_rate(sc, tokens_per_expert=tokens) == pytest.approx(every_core, rel=1e-12)
+    bf16 = _sc({**README, "kt_method": "BF16"}, prompt=8192)
+    per_core = cpu_kernels.constant("amx_bf16_per_core") * 1e9
+    tiles = kts.compute_rate(bf16, tokens_per_expert=tokens)
+    assert tiles == pytest.approx(
+        per_core * 64 * cpu_kernels.socket_scale(host, 64, kts.numa(bf16))[1]
+    )
+    assert kts.compute_rate(bf16, tokens_per_expert=4) == kts.compute_rate(sc, tokens_per_expert=4)
+
+
 def test_each_moe_layer_waits_on_its_submit_and_sync_callbacks(monkeypatch):
     """Two host callbacks a MoE layer: the sync's always on the token's path, the submit's
     where the CPU's work is on it; with none the token is faster by between one and two each."""

@@ -32,9 +32,11 @@ moe-tp.hpp, kt-kernel/README.md):
   One pool on a host of several sockets runs on node 0 alone (``subpool_numa_map`` defaults to
   ``range(threadpool_count)``): one socket's cores and memory.
   The kernels' rates are the archived engine's (engines/each/ktransformers.py): llamafile's
-  fitted share and per-core rate, AMX's published int8 / bf16 tile rates, the llama.cpp matvec
-  rate for the other decode kernels, each socket after the first adding ``numa_socket_share``
-  of one for llamafile (fitted on ``USE_NUMA``'s copies, assumed for the split).
+  fitted share and per-core rate, AMX's published int8 / bf16 tile rates (BF16 on the tiles
+  past 4 tokens an expert; FP8 and FP8_PERCHANNEL never on them: their kernels are AVX512-BF16
+  at every batch size), the llama.cpp matvec rate for the other decode kernels, each socket
+  after the first adding ``numa_socket_share`` of one for llamafile (fitted on ``USE_NUMA``'s
+  copies, assumed for the split).
 - **Prefill** in chunks of ``--chunked-prefill-size`` (SGLang's default by GPU memory). A chunk
   below ``--kt-gpu-prefill-token-threshold`` runs hybrid as decode does, the CPU experts at the
   kernel's prefill rate. At or above it, for the native methods (README: the threshold is
@@ -208,8 +210,12 @@ def _kernel(sc: Scenario) -> tuple[str, str]:
         return "llamafile", "llamafile"
     if m in AMX_METHODS:
         return "amx", "int8"  # AMXINT4 unpacks to int8 tiles (assumed: the int8 rate)
-    if sc.system.host.amx and m in ("BF16", "FP8", "FP8_PERCHANNEL"):
-        return "native", "bf16"  # the native backends compute on AMX's bf16 tiles where present
+    if sc.system.host.amx and m == "BF16":
+        return "native", "bf16"  # bf16-moe.hpp: amx::mat_mul on bf16 tiles past 4 tokens an expert
+    # FP8 and FP8_PERCHANNEL never use the tiles: fp8-moe.hpp calls amx::vec_mul_kgroup, that is
+    # float_mat_vec_kgroup<GemmKernel224FP8, false> (the AVX512-BF16 kernel), and
+    # fp8-perchannel-moe.hpp float_mat_vec_perchannel (avx_kernel_4), at every batch size
+    # (kt-kernel/operators/amx/la/amx_raw_kernels.hpp at 95009ea6)
     return "native", "vector"
 
 
