@@ -90,3 +90,21 @@ def test_a_chapter_whose_kernel_cannot_start_fails_naming_the_chapter_and_the_ca
     assert "a broken install" in message and "\n" not in message
     assert not job.out.exists()
     assert list(private_tmp.iterdir()) == []
+
+
+def test_a_cells_output_is_one_stream_per_name_however_the_kernel_flushed_it(tmp_path):
+    code = (
+        "import sys\n"
+        "sys.stdout.write('False'); sys.stdout.flush()\n"
+        "sys.stderr.write('warned\\n'); sys.stderr.flush()\n"
+        "sys.stdout.write(' True\\n'); sys.stdout.flush()\n"
+        "print('last')"
+    )
+    nb = new_notebook(cells=[new_code_cell(code)])
+    kernel = Kernel(tmp_path)
+    try:
+        assert kernel.run(nb) is None
+    finally:
+        kernel.close()
+    streams = [(o["name"], o["text"]) for o in nb.cells[0].outputs]
+    assert streams == [("stdout", "False True\nlast\n"), ("stderr", "warned\n")]

@@ -170,6 +170,9 @@ class Kernel:
             record_timing=False,  # no timestamps: the same inputs give the same notebook
             allow_errors=False,
             store_widget_state=False,
+            # one stream output per name and cell, whatever pieces the kernel flushed it in (a
+            # print's parts arrive as one message or several, by timing)
+            coalesce_streams=True,
         )
         client.kc = self._kc
         return client
