@@ -136,6 +136,58 @@ def test_host_by_channels_and_cores_when_the_model_is_unknown():
     assert ident == "server-ddr5-12ch"
 
 
+def _cpuinfo(model: str, sockets: int, cores_per_socket: int) -> str:
+    return "".join(
+        f"processor\t: {s * cores_per_socket + c}\nmodel name\t: {model}\n"
+        f"physical id\t: {s}\ncore id\t\t: {c}\n\n"
+        for s in range(sockets)
+        for c in range(cores_per_socket)
+    )
+
+
+def test_a_small_one_socket_slice_of_a_server_is_held_to_one_socket():
+    """A two-vCPU cloud VM of an EPYC host: its cores are nearest a two-socket part's, but one
+    socket's DRAM is what one socket reads; the detected host keeps one socket."""
+    memory = probe.MemoryReading(24 * 2**30, None, None, None, "/proc/meminfo", None)
+    reading = probe.Reading((), probe.parse_cpuinfo(_cpuinfo("AMD EPYC", 1, 2)), memory)
+    hosts = catalog.parts("host")
+    ident, _ = detect.match_host(reading, hosts)
+    assert hosts[ident].get("sockets", 1) == 1
+    raw = detect.detected_profile(reading, "vm")
+    host = build_system(raw, ident=raw["id"], origin="test").host
+    assert host.sockets == 1 and host.cross_socket_bandwidth is None and host.cores == 2
+
+
+def test_a_detected_socket_count_scales_the_matched_parts_dram_rates():
+    """The model number names a two-socket part; a one-socket reading of that CPU keeps its
+    per-socket rates, and no link between sockets."""
+    hosts = catalog.parts("host")
+    base = build_system(
+        {"id": "x", "name": "x", "gpu": {"base": "rtx-4090"}, "link": {"base": "pcie4-x16"},
+         "host": {"base": "server-2s-ddr5-24ch-epyc-9355"}, "storage": {"base": "nvme-gen4"}},
+        ident="x", origin="test",
+    ).host  # fmt: skip
+    assert base.sockets == 2
+    memory = probe.MemoryReading(768 * 10**9, None, None, None, "/proc/meminfo", None)
+    cpuinfo = _cpuinfo("AMD EPYC 9355 32-Core Processor", 1, 32)
+    reading = probe.Reading((), probe.parse_cpuinfo(cpuinfo), memory)
+    ident, note = detect.match_host(reading, hosts)
+    assert ident == "server-2s-ddr5-24ch-epyc-9355" and "by its CPU model" in note
+    raw = detect.detected_profile(reading, "one-socket")
+    host = build_system(raw, ident=raw["id"], origin="test").host
+    assert host.sockets == 1 and host.cross_socket_bandwidth is None
+    assert host.memory_bandwidth.value == pytest.approx(base.memory_bandwidth.value / 2, rel=1e-5)
+    assert host.memory_bandwidth_peak.value == pytest.approx(
+        base.memory_bandwidth_peak.value / 2, rel=1e-5
+    )
+    # read as two sockets it is the part as the catalog has it
+    both = probe.Reading(
+        (), probe.parse_cpuinfo(_cpuinfo("AMD EPYC 9355 32-Core Processor", 2, 32)), memory
+    )
+    two = build_system(detect.detected_profile(both, "two"), ident="two", origin="test").host
+    assert two.sockets == 2 and two.memory_bandwidth.value == base.memory_bandwidth.value
+
+
 def test_no_gpu_is_a_stated_placeholder():
     raw = detect.detected_profile(_reading(""), "box")
     build_system(raw, ident=raw["id"], origin="test")

@@ -107,6 +107,8 @@ def match_host(reading: Reading, table: dict[str, dict]) -> tuple[str, str]:
             score += 0.5 * _distance(cpu.cores, cores)
         if mem.dimm_type and kind and mem.dimm_type != kind:
             score += 0.5
+        if cpu.sockets and cpu.sockets != part.get("sockets", 1):
+            score += 1.0  # a socket's DRAM and cores do not come from another socket count
         scored.append((score, ident))
     score, ident = min(scored)
     how = "by its CPU model" if score < 1.5 else "by CPU family, memory channels, speed and cores"
@@ -214,6 +216,8 @@ def _host_part(reading: Reading, notes: list[str]) -> dict:
             "note": f"catalog part {ident}'s rate ({flops['value']}, {base['cores']} cores) "
             f"scaled to the {cpu.cores} detected cores",
         }
+    if cpu.sockets and cpu.sockets != base.get("sockets", 1):
+        _take_sockets(part, base, ident, cpu.sockets)
     if mem.dimms and mem.speed_mts:
         peak = mem.dimms * mem.speed_mts * 8 / 1000
         what = f"{mem.dimms} DIMMs (one per channel assumed) x {mem.speed_mts} MT/s x 8 B"
@@ -230,6 +234,27 @@ def _host_part(reading: Reading, notes: list[str]) -> dict:
                 f"({share:.0%}); measure it with kvoffload measure",
             }
     return part
+
+
+def _take_sockets(part: dict, base: dict, ident: str, sockets: int) -> None:
+    """Give ``part`` the detected socket count: the base's DRAM rates per socket times it, and no
+    link between sockets on one."""
+    was = base.get("sockets", 1)
+    part["sockets"] = sockets
+    for name in ("memory_bandwidth", "memory_bandwidth_peak"):
+        figure = base.get(name)
+        if not isinstance(figure, dict):
+            continue
+        number, unit = str(figure["value"]).split()
+        part[name] = {
+            "value": f"{float(number) * sockets / was:.6g} {unit}",
+            "kind": "assumed" if name == "memory_bandwidth" else figure.get("kind", "assumed"),
+            "source": figure.get("source", "kvoffload-assumption"),
+            "note": f"catalog part {ident}'s {figure['value']} over its {was} sockets, times the "
+            f"{sockets} detected (physical id in /proc/cpuinfo, or lscpu)",
+        }
+    if sockets == 1:
+        part.pop("cross_socket_bandwidth", None)
 
 
 def detected_profile(reading: Reading, host: str = "this-machine") -> dict[str, Any]:
