@@ -53,3 +53,27 @@ def test_bad_input_exits_2_in_one_line(cli, args, fragment):
 def test_an_unknown_profile_is_refused(cli):
     r = cli("advise", "--hardware", "no-such-box", "--model", "gpt-oss-120b")
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "--hardware" in r.err
+
+
+def test_a_machine_where_detect_read_no_gpu_is_told_so_under_the_header(cli, tmp_path):
+    """`hardware detect` on a box without an NVIDIA GPU puts a stand-in GPU in the profile; the
+    advice says so before its table, and in --json's notes."""
+    from kvoffload.inputs import detect, probe
+
+    memory = probe.MemoryReading(64 * 2**30, None, None, None, "/proc/meminfo", None)
+    cpuinfo = "processor\t: 0\nmodel name\t: AMD Ryzen 9 5950X\nphysical id\t: 0\ncore id\t: 0\n"
+    raw = detect.detected_profile(probe.Reading((), probe.parse_cpuinfo(cpuinfo), memory), "box")
+    import json
+
+    profile = tmp_path / "box.json"
+    profile.write_text(json.dumps(raw))
+    r = cli("advise", "--hardware", str(profile), "--model", "qwen3-30b-a3b")
+    assert r.code == 0, r.err
+    lines = r.out.splitlines()
+    assert lines[1].startswith("  note: no GPU was detected on this machine")
+    assert "NVIDIA GeForce RTX 4090" in lines[1] and lines[2].split()[:2] == ["#", "engine"]
+    j = cli("advise", "--hardware", str(profile), "--model", "all", "--json").json()
+    assert j["notes"][0].startswith("no GPU was detected")
+    # a profile with its GPU has no such note
+    mine = cli("advise", "--hardware", "rtx-4090-desktop", "--model", "qwen3-30b-a3b").out
+    assert "no GPU was detected" not in mine

@@ -190,8 +190,15 @@ def test_a_detected_socket_count_scales_the_matched_parts_dram_rates():
 
 def test_no_gpu_is_a_stated_placeholder():
     raw = detect.detected_profile(_reading(""), "box")
-    build_system(raw, ident=raw["id"], origin="test")
+    system = build_system(raw, ident=raw["id"], origin="test")
     assert "no GPU detected" in raw["description"]
+    # the GPU's own name says it is a stand-in, and which catalog GPU's figures it has
+    stand_in = catalog.parts("gpu")[catalog.systems()[detect.FALLBACK_SYSTEM]["gpu"]]["name"]
+    assert system.gpu.name.startswith("no GPU detected") and stand_in in system.gpu.name
+    assert detect.placeholder_gpu(system) == stand_in
+    found = detect.detected_profile(_reading(), "box")
+    assert detect.placeholder_gpu(build_system(found, ident=found["id"], origin="t")) is None
+    assert detect.placeholder_gpu(load_system("rtx-4090-desktop")) is None
 
 
 HOSTILE = [

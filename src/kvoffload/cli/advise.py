@@ -46,6 +46,14 @@ def _table(rows: list[dict[str, str]], commands: list[str]) -> None:
         print(f"    {cmd}")
 
 
+def _stand_in_note(system) -> None:
+    """Print, under the header, the note that the GPU is a stand-in (hardware detect read none)."""
+    from kvoffload.studies.advise import notes
+
+    for note in notes([], system):
+        print(f"  note: {note}")
+
+
 def advise(args: argparse.Namespace) -> int:
     """Print the configurations that run the model on the machine, fastest first."""
     from kvoffload.inputs.hardware import load_system
@@ -65,10 +73,12 @@ def advise(args: argparse.Namespace) -> int:
         progress = (lambda m: print(f"advise: {m}", file=sys.stderr, flush=True)) if tty else None
         found = advise_all(system, wl, args.engines, budget, progress)
         if args.json:
+            best = [a["best"] for a in found if a["best"] is not None]
             print_json({"hardware": system.id, "context": wl.context, "batch": wl.batch,
-                        "models": found})  # fmt: skip
+                        "models": found, "notes": notes(best, system)})  # fmt: skip
             return 0
         print(f"The fastest configuration of each catalog model on {system.id} ({where})")
+        _stand_in_note(system)
         rows, cmds = [], []
         for a in found:
             b = a["best"]
@@ -98,6 +108,7 @@ def advise(args: argparse.Namespace) -> int:
         f"{s.model.id} on {system.id} ({where}): {len(found)} configurations fit "
         f"({s.tried} predicted), fastest first"
     )
+    _stand_in_note(system)
     if found:
         _table([{"#": str(r["rank"]), **cells(r)} for r in found], [r["command"] for r in found])
     for note in notes(found):

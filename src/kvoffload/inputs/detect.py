@@ -5,14 +5,19 @@ from __future__ import annotations
 import math
 import re
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvoffload.inputs import catalog
 from kvoffload.inputs.probe import GpuReading, Reading, clean_name, read_machine
 
+if TYPE_CHECKING:
+    from kvoffload.inputs.hardware import System
+
 DETECT = "detect"  # the hardware id that means "this machine"
 SOURCE = "kvoffload-detect"
 FALLBACK_SYSTEM = "rtx-4090-desktop"  # parts for what could not be detected at all
+# the GPU part's name when none was read: its figures are a catalog GPU's, a stand-in
+NO_GPU = "no GPU detected (a placeholder with the figures of {name})"
 # testbed hosts described by one published setup, not machines a reader owns
 _NOT_CHOSEN_HOSTS = frozenset({"article-ddr5", "gcp-t4-host", "lambda-a6000-host"})
 _STRICT = frozenset({"ti", "super", "ada"})  # a different chip when one name has it, the other not
@@ -156,7 +161,9 @@ def _gpu_part(reading: Reading, notes: list[str]) -> tuple[dict, GpuReading | No
     if not reading.gpus:
         ident = catalog.systems()[FALLBACK_SYSTEM]["gpu"]
         notes.append(f"no GPU detected: the GPU is catalog part {ident}, a placeholder")
-        return _from_catalog(gpus[ident], ident), None, gpus[ident]
+        part = _from_catalog(gpus[ident], ident)
+        part["name"] = NO_GPU.format(name=gpus[ident]["name"])[:120]
+        return part, None, gpus[ident]
     first = reading.gpus[0]
     part, ident = _detected_gpu(first, reading, gpus, notes)
     return part, first, gpus[ident]
@@ -255,6 +262,15 @@ def _take_sockets(part: dict, base: dict, ident: str, sockets: int) -> None:
         }
     if sockets == 1:
         part.pop("cross_socket_bandwidth", None)
+
+
+def placeholder_gpu(system: System) -> str | None:
+    """Return the catalog GPU standing in where ``hardware detect`` read none (None: a GPU)."""
+    head, tail = NO_GPU.split("{name}")
+    name = system.gpu.name
+    if name.startswith(head) and name.endswith(tail):
+        return name[len(head) : len(name) - len(tail)]
+    return None
 
 
 def detected_profile(reading: Reading, host: str = "this-machine") -> dict[str, Any]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvoffload.inputs import detect
 from kvoffload.inputs.hardware import System
 from kvoffload.inputs.models import Model, load_model, model_ids
 from kvoffload.inputs.units import format_bytes, format_number, format_seconds
@@ -71,9 +72,23 @@ NUMA_NOTE = (
 )
 
 
-def notes(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+# a profile `hardware detect` wrote on a machine where it read no GPU
+NO_GPU_NOTE = (
+    "no GPU was detected on this machine: the rows are for a stand-in with the figures of {gpu}; "
+    "give --hardware a profile with your GPU (kvoffload hardware detect --out my-box.yaml, "
+    "then set its gpu: base to your card's catalog id)"
+)
+
+
+def notes(rows: Iterable[Mapping[str, Any]], system: System | None = None) -> list[str]:
     """Return what to know before running the rows' commands (one note per kind, in order)."""
-    return [NUMA_NOTE] if any(r["options"].get("numa") for r in rows) else []
+    out = []
+    stand_in = detect.placeholder_gpu(system) if system is not None else None
+    if stand_in:
+        out.append(NO_GPU_NOTE.format(gpu=stand_in))
+    if any(r["options"].get("numa") for r in rows):
+        out.append(NUMA_NOTE)
+    return out
 
 
 def row(c: Choice, model: Model, wl: Workload, path: str = "") -> dict[str, Any]:
@@ -119,7 +134,7 @@ class Advice:
             "batch": s.workload.batch,
             "tried": s.tried,
             "configurations": self.rows,
-            "notes": notes(self.rows),
+            "notes": notes(self.rows, s.system),
             "left_out": [
                 {"engine": e, "weights": w, "kv": kv_name(e, k), "why": why}
                 for e, w, k, why in s.left_out
