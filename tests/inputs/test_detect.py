@@ -195,10 +195,12 @@ def test_no_gpu_is_a_stated_placeholder():
     # the GPU's own name says it is a stand-in, and which catalog GPU's figures it has
     stand_in = catalog.parts("gpu")[catalog.systems()[detect.FALLBACK_SYSTEM]["gpu"]]["name"]
     assert system.gpu.name.startswith("no GPU detected") and stand_in in system.gpu.name
-    assert detect.placeholder_gpu(system) == stand_in
+    assert detect.placeholder_gpu(system.gpu.name) == stand_in
     found = detect.detected_profile(_reading(), "box")
-    assert detect.placeholder_gpu(build_system(found, ident=found["id"], origin="t")) is None
-    assert detect.placeholder_gpu(load_system("rtx-4090-desktop")) is None
+    assert (
+        detect.placeholder_gpu(build_system(found, ident=found["id"], origin="t").gpu.name) is None
+    )
+    assert detect.placeholder_gpu(load_system("rtx-4090-desktop").gpu.name) is None
 
 
 HOSTILE = [

@@ -5,13 +5,10 @@ from __future__ import annotations
 import math
 import re
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kvoffload.inputs import catalog
 from kvoffload.inputs.probe import GpuReading, Reading, clean_name, read_machine
-
-if TYPE_CHECKING:
-    from kvoffload.inputs.hardware import System
 
 DETECT = "detect"  # the hardware id that means "this machine"
 SOURCE = "kvoffload-detect"
@@ -264,10 +261,10 @@ def _take_sockets(part: dict, base: dict, ident: str, sockets: int) -> None:
         part.pop("cross_socket_bandwidth", None)
 
 
-def placeholder_gpu(system: System) -> str | None:
-    """Return the catalog GPU standing in where ``hardware detect`` read none (None: a GPU)."""
+def placeholder_gpu(name: str) -> str | None:
+    """Return the catalog GPU standing in, from a GPU part's ``name``, where ``hardware detect``
+    read none (None: a GPU)."""
     head, tail = NO_GPU.split("{name}")
-    name = system.gpu.name
     if name.startswith(head) and name.endswith(tail):
         return name[len(head) : len(name) - len(tail)]
     return None

@@ -83,7 +83,7 @@ NO_GPU_NOTE = (
 def notes(rows: Iterable[Mapping[str, Any]], system: System | None = None) -> list[str]:
     """Return what to know before running the rows' commands (one note per kind, in order)."""
     out = []
-    stand_in = detect.placeholder_gpu(system) if system is not None else None
+    stand_in = detect.placeholder_gpu(system.gpu.name) if system is not None else None
     if stand_in:
         out.append(NO_GPU_NOTE.format(gpu=stand_in))
     if any(r["options"].get("numa") for r in rows):
