@@ -68,3 +68,29 @@ def test_run_into_a_users_folder_exits_2_in_one_line_and_deletes_nothing(
     assert lines[0].startswith(f"kvoffload: error: {out}: --out: "), lines[0]
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
     assert (out / existing).read_text() == "keep me"
+
+
+def test_the_detected_profile_goes_into_a_folder_the_run_then_takes_as_its_own(tmp_path):
+    """`run --hardware detect --out NEW` writes the profile into NEW: written before the folder
+    was claimed, it made the run refuse its own folder as the user's."""
+    from kvoffload.cli.book import _detected_file
+
+    out = tmp_path / "new"
+    path = _detected_file(out)
+    assert path == str(out / "detected-profile.yaml") and (out / MARKER).is_file()
+    claim_folder(out)  # what run_for_profile does next: its own folder, taken again
+
+
+def test_run_detect_into_a_users_folder_or_outside_a_checkout_writes_nothing(
+    cli_process, tmp_path, monkeypatch
+):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    r = cli_process("run", "--hardware", "detect", "--chapter", "09", "--out", mine, "--quiet")
+    assert r.code == 2 and f"{mine}: --out: this folder is not empty" in r.err, r.err
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+    monkeypatch.chdir(tmp_path)  # no checkout here
+    r = cli_process("run", "--hardware", "detect", "--out", tmp_path / "out", "--quiet")
+    assert r.code == 2 and "not inside a kvoffload checkout" in r.err, r.err
+    assert not (tmp_path / "out").exists()

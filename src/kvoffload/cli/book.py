@@ -45,10 +45,16 @@ def run_out(out: Path) -> Path:
 
 
 def _detected_file(out: Path | None) -> str:
-    """Write this machine's detected profile where the run's output goes; return its path."""
+    """Write this machine's detected profile where the run's output goes; return its path.
+
+    ``out`` is claimed first (refused, with nothing written, when it holds the user's files), so
+    the profile in it does not make the run refuse its own folder."""
+    from kvoffload.bookbuild.profile_run import claim_folder
     from kvoffload.inputs.detect import detect
     from kvoffload.studies.measure import write_profile
 
+    if out is not None:
+        claim_folder(out)
     folder = out or Path("kvoffload-run")
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "detected-profile.yaml"
@@ -64,11 +70,12 @@ def run(args: argparse.Namespace) -> int:
     from kvoffload.bookbuild.profile_run import run_for_profile
     from kvoffload.bookbuild.runner import find_root
 
+    root = find_root()  # outside a checkout: refused before anything is written
     out = run_out(Path(args.out)) if args.out else None
     hardware = _detected_file(out) if args.hardware == "detect" else args.hardware
     try:
         result = run_for_profile(
-            find_root(),
+            root,
             hardware,
             model=args.model,
             chapter_keys=args.chapter,
