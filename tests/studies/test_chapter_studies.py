@@ -165,7 +165,11 @@ def test_tables_frame_names_each_tables_role_and_moves():
     tables = validation_findings.tables_frame()
     assert set(tables["table"]) == set(validation.tables())
     moved = tables[tables["moved"] != ""]
-    assert list(moved["table"]) == ["zero-inference-a6000", "llmfit-rtx2080"]
+    assert list(moved["table"]) == [
+        "zero-inference-a6000",
+        "vllm-offload-ttft-8b",
+        "llmfit-rtx2080",
+    ]
     assert all(m.startswith("from check on ") for m in moved["moved"])
 
 
