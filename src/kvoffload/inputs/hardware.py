@@ -92,10 +92,6 @@ class Gpu(Part, kw_only=True):
         eff = self.compute_efficiency.value if self.compute_efficiency else 1.0
         return self.flops_bf16.value * eff
 
-    def prefill_attention_rate(self, matmul_rate: float) -> float:
-        """Return the FLOP/s of prefill attention: ``attention_flops``, else ``matmul_rate``."""
-        return self.attention_flops.value if self.attention_flops else matmul_rate
-
 
 class Link(Part, kw_only=True):
     """The host-GPU link: raw and achievable per-direction rates, per-transfer latency; where the

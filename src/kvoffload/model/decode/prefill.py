@@ -87,7 +87,7 @@ def ttft(
         compute = np.maximum(flops / matmul_rate, reads)
     else:
         attention = prefill_attention_flops(setup.model, prompt, batch, cached)
-        attention_rate = sysm.gpu.prefill_attention_rate(matmul_rate)
+        attention_rate = sysm.gpu.attention_flops.value
         compute = np.maximum((flops - attention) / matmul_rate + attention / attention_rate, reads)
     rate_in = sysm.copy_rate("h2d", pinned=p.pinned)
     rate_out = sysm.copy_rate("d2h", pinned=p.pinned)
