@@ -301,3 +301,22 @@ def _kt(context: int) -> dict:
         "workload": {"batch": 1, "prompt": context, "generate": 1},
         "options": {"cpu_infer": 84, "mla_decode": "torch"},
     }  # fmt: skip
+
+
+def test_sglang_triton_tile_time_is_re_derived_from_pr_21775():
+    """The least-squares slope of ms per token against the tiles each program walks (8 splits
+    of the cache in 32-token tiles) times the layers; the walk, not the bytes, sets it: the same
+    table's FlashInfer column reads the cache at over 2 TB/s."""
+    from kvoffload.engines import sglang_attention
+
+    entry = CONSTANTS["sglang"]["triton_decode_tile_us"]
+    src = entry["from"]
+    tokens = np.array(src["input_tokens"], dtype=float)
+    tiles = sglang_attention.triton_walk_s(tokens, mla=False) / sglang_attention.tile_s(False)
+    slope = np.polyfit(tiles * src["layers"], 1e3 / np.array(src["tokens_per_s_old_triton"]), 1)[0]
+    assert entry["value"] == pytest.approx(slope * 1e3, rel=1e-6)
+    assert entry["kind"] == "fitted" and entry["machine"]
+    model = catalog.load(f"models/{src['model']}")["config"]
+    kv_bytes = src["layers"] * model["num_key_value_heads"] * model["head_dim"] * 2 * 2
+    flash = np.polyfit(tokens, 1 / np.array(src["tokens_per_s_flashinfer"]), 1)[0]
+    assert kv_bytes / flash > 2e12

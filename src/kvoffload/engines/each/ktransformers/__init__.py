@@ -52,6 +52,7 @@ from typing import Annotated, Literal
 import numpy as np
 from msgspec import Meta
 
+from kvoffload.engines import sglang_attention
 from kvoffload.engines.each.ktransformers import sglang as ktransformers_sglang
 from kvoffload.engines.each.ktransformers.cpu_kernels import (
     HIDDEN_BYTES,
@@ -155,6 +156,8 @@ class Options(Strict, frozen=True):
     kt_enable_dynamic_expert_update: bool | None = None
     max_total_tokens: Annotated[int, Meta(ge=1, le=16_777_216)] | None = None  # SGLang's KV pool
     mem_fraction_static: Annotated[float, Meta(gt=0.0, le=1.0)] | None = None
+    # SGLang's --attention-backend; None: the one server_args.py picks for the GPU and model
+    attention_backend: sglang_attention.Backend | None = None
 
     def __post_init__(self) -> None:
         if self.optimize_config_path is None:

@@ -58,6 +58,15 @@ runs. The candidates are three:
 kt-kernel's FP8 and BF16 decode kernels on a CPU without AMX, costed here at llama.cpp's q8_0 and
 bf16 matvec rates; the thread pool's own cost per task; and the host's assumed bandwidth. The
 runs are not held as a validation table, since they fail the written rule.
+
+Decode's growth with context is another matter. The tutorial's launch names
+``--attention-backend triton``, whose decode kernel walks each layer's cache in tiles at batch 1
+(engines/sglang_attention.py). With that walk, from 64 to 32,768 tokens a token gains 4.8 ms
+against the 6.2 ms measured (bandwidth alone gave 0.4 ms), and 1.2 against 1.3 ms at 8,192. The
+mechanism was looked for because of that slope; its constant comes from SGLang pull request
+#21775's H100 table, not from these runs. Issue #1914 names no backend, so the default
+(FlashInfer on its RTX 5090) applies; its measured growth, 2.8 ms from 969 to 7,678 tokens,
+lies between that default's bytes (0.4 ms) and the Triton walk (3.9 ms).
 """
 
 from __future__ import annotations
@@ -66,7 +75,7 @@ from typing import Literal
 
 import numpy as np
 
-from kvoffload.engines import prefix_cache
+from kvoffload.engines import prefix_cache, sglang_attention
 from kvoffload.engines.each.ktransformers import cpu_kernels as kt
 from kvoffload.engines.each.ktransformers.prediction import experts_on_cpu
 from kvoffload.engines.single_gpu import refuse_several_gpus
@@ -129,6 +138,7 @@ SGLANG_OPTIONS = (
     "kt_enable_dynamic_expert_update",
     "max_total_tokens",
     "mem_fraction_static",
+    "attention_backend",
 )
 ARCHIVE_OPTIONS = (
     "optimize_config_path",
@@ -201,6 +211,12 @@ def chunk_size(sc: Scenario) -> int:
         return sc.options.chunked_prefill_size
     mib = sc.system.gpu.memory.value / 2**20
     return next((c for bound, c in CHUNK_BY_GPU_MIB if mib < bound), LARGE_GPU_CHUNK)
+
+
+def attention_backend(sc: Scenario) -> str:
+    """Return ``--attention-backend``: the option, else SGLang's default for the GPU and model."""
+    given = sc.options.attention_backend
+    return given or sglang_attention.default_backend(sc.system.gpu.name, sc.model.mla is not None)
 
 
 def _kernel(sc: Scenario) -> tuple[str, str]:
@@ -381,6 +397,9 @@ def predict(sc: Scenario) -> Prediction:
         kv.attention_layer_token_bytes(sc.setup.cache_model, sc.setup.kv)
     )
     attn_per_token = lay.attn_flops[pos_class]
+    # the Triton kernel walks each layer's cache in tiles, one after another (layers with a cache)
+    walk = attention_backend(sc) == "triton"
+    mla, cached = sc.model.mla is not None, kvb > 0
     moe = p["gpu_expert_bytes"] > 0
     # each MoE layer's two host callbacks (submit, sync): the stream waits a CPU round trip on
     # each; the submit's delays the CPU's start, the sync's the GPU after it
@@ -400,6 +419,10 @@ def predict(sc: Scenario) -> Prediction:
     def per_token(_point: np.ndarray, context: np.ndarray) -> np.ndarray:
         held = np.minimum(np.asarray(context, dtype=np.float64)[..., None], window)
         attend = batch * held * kvb / att_bw
+        if walk:
+            attend = np.maximum(
+                attend, np.where(cached, sglang_attention.triton_walk_s(held, mla), 0)
+            )
         before = np.maximum(
             w_before / hbm + attend, (f_gpu + batch * held * attn_per_token) / system.compute_rate
         )
@@ -439,6 +462,7 @@ def predict(sc: Scenario) -> Prediction:
             "gpu_experts_per_layer": g,
             "kt_max_deferred_experts_per_token": deferred(sc),
             "chunked_prefill_size": chunk_size(sc),
+            "attention_backend": attention_backend(sc),
         },
         f"SGLang with kt-kernel: {g:g} of {n} experts a layer on the GPU, the rest on the CPU "
         f"({method(sc)}, {threads(sc)} threads in {pools(sc)} pools), attention and the rest on "

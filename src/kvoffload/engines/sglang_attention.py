@@ -1,0 +1,97 @@
+"""SGLang's decode attention by ``--attention-backend``: which one it picks, and the Triton one's
+serial walk over the cache at small batches.
+
+Read in kvcache-ai/sglang at 04653fa88 (the fork kt-kernel runs in):
+
+- **The default** (server_args.py, ``_handle_attention_backend_compatibility``): for MHA/GQA
+  models ``fa3`` on Hopper, ``trtllm_mha`` on SM100 (B200/GB200/B300), ``aiter`` on ROCm, else
+  ``flashinfer`` (``triton`` where FlashInfer is not installed); for MLA models ``fa3`` on
+  Hopper, ``flashinfer`` on SM100, ``aiter`` on ROCm (DeepSeek's 128 heads), else ``triton``:
+  an RTX 4090 or 5090 decodes DeepSeek with the Triton kernel unless told otherwise.
+- **The Triton kernel** (layers/attention/triton_ops/decode_attention.py,
+  ``_decode_grouped_att_m_fwd``): a grid of batch x cdiv(heads, min(16, heads per KV head)) x
+  ``num_kv_splits`` programs, each walking its split of one sequence's cache in tiles of 32
+  tokens (``BLOCK = 32``), every tile a load of the tokens' slots, then a gather of their keys
+  and values at those slots, then two small dots. ``get_num_kv_splits`` (triton_backend.py)
+  gives a lone sequence the cap, ``triton_attention_num_kv_splits`` (8), on every GPU of 34 SMs
+  or more from a few hundred tokens on. So at batch 1 a layer's attention takes cdiv(cdiv(L, 8),
+  32) tiles one after the other, at the tile's latency, far below the memory's rate: the cache's
+  bytes over the attention bandwidth bound it only at larger batches.
+- **The tile's time** (``triton_decode_tile_us``, catalog/engine_constants.yaml, ``sglang``):
+  fitted on sgl-project/sglang pull request #21775's H100 table, Qwen3-8B decode at batch 1 from
+  1,000 to 32,000 tokens with the kernel as above (its "Old Triton" column): 3.11 µs a tile,
+  residuals within 1.3%; the same table's FlashInfer column reads the cache at 2.55 TB/s. Taken
+  as the same on every GPU and head size (assumed). MLA's tiles carry the 576-value latent; their
+  time comes from KTransformers' own fit of the same kernel on an RTX 4090 (``mla_decode_triton_ns``
+  over its 4 splits and 32-token tiles: 2.06 µs).
+
+Not modelled: the batch past the GPU's SMs (waves; the bandwidth bound takes over there), the
+SM count's effect on the splits of a short cache, and the split-reduction kernel's fixed cost.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from typing import Literal
+
+import numpy as np
+
+from kvoffload.inputs import catalog
+
+# ``--attention-backend`` values the engines accept (server_args.py ATTENTION_BACKEND_CHOICES,
+# the CUDA and ROCm ones); only ``triton`` has a cost of its own here, the others read the cache
+# at the GPU's attention rate
+Backend = Literal[
+    "triton",
+    "flashinfer",
+    "fa3",
+    "fa4",
+    "trtllm_mha",
+    "trtllm_mla",
+    "flashmla",
+    "cutlass_mla",
+    "aiter",
+    "torch_native",
+]
+BLOCK_N = 32  # tokens a program takes per tile (``BLOCK`` in _decode_grouped_att_m_fwd)
+MAX_KV_SPLITS = 8  # server_args.py ``triton_attention_num_kv_splits`` default
+ARCHIVE_KV_SPLITS = 4  # KTransformers 0.2.1's forward_linux_triton: num_kv_splits 4
+_HOPPER = re.compile(r"\b(GH|H)(100|200|800|20)\b", re.IGNORECASE)
+_SM100 = re.compile(r"\bG?B(200|300)\b", re.IGNORECASE)
+_ROCM = re.compile(r"\b(AMD|Instinct|Radeon)\b", re.IGNORECASE)
+
+
+@cache
+def constants() -> dict:
+    """Return SGLang's engine constants with their sources (catalog/engine_constants.yaml)."""
+    return catalog.load("engine_constants")["sglang"]
+
+
+def default_backend(gpu_name: str, mla: bool) -> str:
+    """Return the backend SGLang picks with no ``--attention-backend``, by the GPU's family."""
+    if _HOPPER.search(gpu_name):
+        return "fa3"
+    if _SM100.search(gpu_name):
+        return "flashinfer" if mla else "trtllm_mha"
+    if _ROCM.search(gpu_name):
+        return "aiter"
+    return "triton" if mla else "flashinfer"
+
+
+def tile_s(mla: bool) -> float:
+    """Return the seconds one program of the Triton kernel spends on one tile of 32 tokens."""
+    if mla:
+        ns = float(
+            catalog.load("engine_constants")["ktransformers"]["mla_decode_triton_ns"]["value"]
+        )
+        return ns * 1e-9 * BLOCK_N * ARCHIVE_KV_SPLITS
+    return float(constants()["triton_decode_tile_us"]["value"]) * 1e-6
+
+
+def triton_walk_s(held_tokens: np.ndarray, mla: bool) -> np.ndarray:
+    """Return the seconds the Triton kernel's programs take to walk ``held_tokens`` cached tokens
+    of one layer (arrays in, arrays out): cdiv(cdiv(L, 8), 32) tiles in turn; 0 for no cache."""
+    held = np.asarray(held_tokens, dtype=np.float64)
+    tiles = np.ceil(np.ceil(held / MAX_KV_SPLITS) / BLOCK_N)
+    return tiles * tile_s(mla)
