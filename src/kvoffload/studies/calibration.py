@@ -8,7 +8,12 @@ from kvoffload.inputs import catalog
 from kvoffload.inputs.hardware import load_system
 from kvoffload.inputs.units import format_number
 
-ENGINE_NAMES = {"llamacpp": "llama.cpp", "flexgen": "FlexGen", "sglang": "SGLang", "ktransformers": "KTransformers"}
+ENGINE_NAMES = {
+    "llamacpp": "llama.cpp",
+    "flexgen": "FlexGen",
+    "sglang": "SGLang",
+    "ktransformers": "KTransformers",
+}
 COLUMNS = ["where", "constant", "value", "kind", "source"]
 
 
