@@ -109,3 +109,45 @@ def test_an_unknown_backend_is_refused_naming_the_field():
     with pytest.raises(InputError) as e:
         predict(_coder_next(969, attention_backend="flash"))
     assert "attention_backend" in str(e.value) and "\n" not in str(e.value)
+
+
+def _plain_raw(prompt: int, gpu_system: str = "rtx-4090-desktop", batch: int = 1, **options):
+    return {
+        "hardware": gpu_system,
+        "model": "llama-3.1-8b",
+        "engine": "sglang",
+        "precision": {"weights": "bf16", "kv": "bf16"},
+        "workload": {"batch": batch, "prompt": prompt, "generate": 1},
+        "options": options,
+    }
+
+
+def _plain(prompt: int, gpu_system: str = "rtx-4090-desktop", batch: int = 1, **options):
+    return parse_scenario(_plain_raw(prompt, gpu_system, batch, **options), name="sglang")
+
+
+def test_plain_sglang_walks_the_cache_with_triton_and_reads_its_bytes_otherwise():
+    """The step model's GPU stream: with Triton each of the 32 layers adds its walk between two
+    contexts (the walk is far above the bytes at batch 1); the default on a 4090, FlashInfer,
+    is the step model as before, bit for bit."""
+    short, long = 1024, 32768
+    tri = [predict(_plain(p, attention_backend="triton")).tpot_s for p in (short, long)]
+    tiles = (np.ceil(np.ceil(long / 8) / 32) - np.ceil(np.ceil(short / 8) / 32)) * 32
+    assert tri[1] - tri[0] == pytest.approx(tiles * sa.tile_s(False), rel=1e-6)
+    default = predict(_plain(long))
+    assert default.settings["attention_backend"] == "flashinfer"
+    assert default.tpot_s == predict(_plain(long, attention_backend="flashinfer")).tpot_s
+    assert default.tpot_s < tri[1]
+    assert predict(_plain(long, "h100-sxm-pcie5")).settings["attention_backend"] == "fa3"
+
+
+@settings(max_examples=20, deadline=None)
+@given(context=st.integers(1, 100_000), more=st.integers(1, 20_000), batch=st.integers(1, 64))
+def test_with_triton_decode_never_speeds_up_with_context_or_batch(context, more, batch):
+    def tpot(prompt: int, b: int) -> float:
+        sc = _plain(prompt, batch=b, attention_backend="triton")
+        return predict(sc, check=False).tpot_s
+
+    base = tpot(context, batch)
+    assert tpot(context + more, batch) >= base
+    assert tpot(context, batch + 1) >= base

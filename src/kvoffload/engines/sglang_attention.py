@@ -38,6 +38,7 @@ from typing import Literal
 import numpy as np
 
 from kvoffload.inputs import catalog
+from kvoffload.model import decode
 
 # ``--attention-backend`` values the engines accept (server_args.py ATTENTION_BACKEND_CHOICES,
 # the CUDA and ROCm ones); only ``triton`` has a cost of its own here, the others read the cache
@@ -89,9 +90,14 @@ def tile_s(mla: bool) -> float:
     return float(constants()["triton_decode_tile_us"]["value"]) * 1e-6
 
 
+def walk(backend: str, mla: bool) -> decode.AttentionWalk | None:
+    """Return the Triton kernel's walk (8 splits of 32-token tiles) for ``triton``, else None."""
+    return (
+        decode.AttentionWalk(MAX_KV_SPLITS, BLOCK_N, tile_s(mla)) if backend == "triton" else None
+    )
+
+
 def triton_walk_s(held_tokens: np.ndarray, mla: bool) -> np.ndarray:
     """Return the seconds the Triton kernel's programs take to walk ``held_tokens`` cached tokens
     of one layer (arrays in, arrays out): cdiv(cdiv(L, 8), 32) tiles in turn; 0 for no cache."""
-    held = np.asarray(held_tokens, dtype=np.float64)
-    tiles = np.ceil(np.ceil(held / MAX_KV_SPLITS) / BLOCK_N)
-    return tiles * tile_s(mla)
+    return decode.AttentionWalk(MAX_KV_SPLITS, BLOCK_N, tile_s(mla)).seconds(held_tokens)

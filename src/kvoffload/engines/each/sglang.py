@@ -32,7 +32,7 @@ from typing import Annotated, Literal
 
 from msgspec import Meta
 
-from kvoffload.engines import prefix_cache
+from kvoffload.engines import prefix_cache, sglang_attention
 from kvoffload.engines.prefix_cache import BlockTokens
 from kvoffload.engines.single_gpu import refuse_several_gpus
 from kvoffload.engines.spec import CacheRule, EngineSpec, PrefixCache
@@ -59,12 +59,22 @@ class Options(Strict):
     page_size: BlockTokens = 1
     hicache_io_backend: Literal["kernel", "direct"] = "kernel"
     hicache_storage_backend: Literal["file"] | None = None
+    # --attention-backend; None: the one server_args.py picks for the GPU and the attention kind
+    attention_backend: sglang_attention.Backend | None = None
+
+
+def attention_backend(sc: Scenario) -> str:
+    """Return ``--attention-backend``: the option, else SGLang's default for the GPU and model."""
+    given = sc.options.attention_backend
+    return given or sglang_attention.default_backend(sc.system.gpu.name, sc.model.mla is not None)
 
 
 def _setup(sc: Scenario) -> decode.Setup:
-    """Return the step model's setup with weights and KV on the GPU, refusing several GPUs."""
+    """Return the step model's setup with weights and KV on the GPU, refusing several GPUs; the
+    Triton backend's decode attention walks the cache (engines/sglang_attention.py)."""
     refuse_several_gpus(sc, "sglang", "its tensor parallelism is")
-    return decode.Setup(sc.system, sc.model, sc.setup.weights, sc.setup.kv)
+    walk = sglang_attention.walk(attention_backend(sc), sc.model.mla is not None)
+    return decode.Setup(sc.system, sc.model, sc.setup.weights, sc.setup.kv, attention_walk=walk)
 
 
 def _host_bytes(sc: Scenario, setup: decode.Setup) -> float:
@@ -125,6 +135,7 @@ def predict(sc: Scenario) -> Prediction:
             "page_size": o.page_size,
             "hicache_io_backend": o.hicache_io_backend,
             "hicache_storage_backend": o.hicache_storage_backend,
+            "attention_backend": attention_backend(sc),
         },
         policy="weights and KV on the GPU; "
         + (

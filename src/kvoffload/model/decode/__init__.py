@@ -31,6 +31,7 @@ from kvoffload.model.decode.overlap import Step, combine, step
 from kvoffload.model.decode.overlap import _pipeline as _pipeline
 from kvoffload.model.decode.placement import (
     OVERLAP_MODES,
+    AttentionWalk,
     GroupPlacement,
     Placement,
     Setup,
@@ -47,6 +48,7 @@ __all__ = [
     "OVERLAP_MODES",
     "STREAMS",
     "STREAM_NAMES",
+    "AttentionWalk",
     "GroupPlacement",
     "Layers",
     "MeanStep",

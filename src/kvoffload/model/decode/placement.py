@@ -91,6 +91,22 @@ def by_groups(
 
 
 @dataclass(frozen=True)
+class AttentionWalk:
+    """A split-KV decode kernel whose programs walk their share of a layer's cache in tiles, one
+    tile after another: ``splits`` shares a sequence, ``tile_tokens`` a tile, ``tile_s`` a tile."""
+
+    splits: int
+    tile_tokens: int
+    tile_s: float
+
+    def seconds(self, held_tokens: np.ndarray) -> np.ndarray:
+        """Return a layer's walk (s) over ``held_tokens`` cached tokens: cdiv(cdiv(L, splits),
+        tile_tokens) tiles at ``tile_s`` each; 0 where nothing is cached (arrays in and out)."""
+        held = np.asarray(held_tokens, dtype=np.float64)
+        return np.ceil(np.ceil(held / self.splits) / self.tile_tokens) * self.tile_s
+
+
+@dataclass(frozen=True)
 class Setup:
     """Everything a step depends on except the context and the batch."""
 
@@ -105,6 +121,8 @@ class Setup:
     # plain attention's read being 1 (ZeRO-Inference's fork expands grouped heads by a copy first)
     cpu_kv_passes: float = 1.0
     routing: Routing = field(default_factory=Routing)  # MoE routing skew and expert streaming
+    # a decode-attention kernel slower than the cache's bytes at small batches (None: the bytes)
+    attention_walk: AttentionWalk | None = None
 
     @property
     def cache_model(self) -> Model:
