@@ -9,10 +9,11 @@ from kvoffload.cli.output import print_json
 
 def validate(args: argparse.Namespace) -> int:
     """Print every validation row and the error summaries, or all of it as JSON."""
-    from kvoffload.studies import sweeps, validation
+    from kvoffload.studies import context_growth, sweeps, validation
 
     results = validation.run()
     found = sweeps.sweeps(results)
+    grown = context_growth.growths(results)
     summary = validation.summary(results)
     tables = validation.table_summary(results)
     roles = validation.role_summary(results)
@@ -29,7 +30,7 @@ def validate(args: argparse.Namespace) -> int:
         per_table = {name: {**meta[name], **stats} for name, stats in tables.items()}
         print_json(
             {"rows": rows, "roles": roles, "tables": per_table, "summary": summary,
-             "sweeps": sweeps.to_json(found)}
+             "sweeps": sweeps.to_json(found), "context_growth": context_growth.to_json(grown)}
         )  # fmt: skip
         return 0
     heading = {
@@ -72,7 +73,31 @@ def validate(args: argparse.Namespace) -> int:
             f"{name}: {s['rows']} row{'s' * (s['rows'] != 1)}{refused}, median |error| {median}, within 2x {s['within_2x']:.0%}"
         )
     _print_sweeps(found)
+    _print_growth(grown)
     return 0
+
+
+def _print_growth(grown) -> None:
+    """Print each decode row's growth with context over its configuration's shortest prompt."""
+    from kvoffload.studies import context_growth as cg
+
+    print()
+    print(
+        f"== decode's growth with context: each row over its configuration's shortest prompt "
+        f"(target: predicted within {cg.TARGET:.0%} of measured; a growth under "
+        f"{cg.MIN_SHARE:.0%} of the step is within the rates' rounding, not judged)"
+    )
+    for g in grown:
+        pred = "refused" if g.predicted_ms is None else f"{g.predicted_ms:+.3g} ms"
+        verdict = {None: "not judged", True: "within", False: "outside"}[g.within]
+        ratio = "" if g.ratio is None else f", ratio {g.ratio:.2f}"
+        print(
+            f"{g.row.row['id']} over {g.base.row['id']} ({g.row.row['table']}, "
+            f"{g.base.row['prompt']} -> {g.row.row['prompt']} tokens): measured "
+            f"{g.measured_ms:+.3g} ms, predicted {pred}{ratio}: {verdict}"
+        )
+    judged = [g for g in grown if g.within is not None]
+    print(f"{len(grown)} rows, {len(judged)} judged, {sum(bool(g.within) for g in judged)} within")
 
 
 def _print_sweeps(found) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from kvoffload.inputs.hardware import System, load_system
-from kvoffload.studies import sweeps, validation
+from kvoffload.studies import context_growth, sweeps, validation
 
 T4_TABLE = "flexgen-t4"
 A6000_TABLE = "zero-inference-a6000"
@@ -207,6 +207,48 @@ def sweep_findings(results: list[validation.Result]) -> SweepFindings:
         tau_target=sweeps.TAU_TARGET,
         pick_within_pct=100 * sweeps.PICK_WITHIN,
         picks_within=sum(s.pick_close for s in found),
+    )
+
+
+@dataclass(frozen=True)
+class GrowthFindings:
+    """Decode's growth with context as the chapter reads it: a row each, and the tally."""
+
+    frame: pd.DataFrame  # row, its base, table, prompts, growth measured and predicted, verdict
+    count: int
+    judged: int  # growths above the rates' rounding
+    within: int  # judged growths within the target
+    target_pct: float
+    min_share_pct: float
+
+
+def growth_findings(results: list[validation.Result]) -> GrowthFindings:
+    """Return each decode row's growth over its configuration's shortest prompt, with verdicts."""
+    found = context_growth.growths(results)
+    verdict = {None: "not judged (within the rates' rounding)", True: "within", False: "outside"}
+    frame = pd.DataFrame(
+        [
+            {
+                "row": g.row.row["id"],
+                "over": g.base.row["id"],
+                "table": g.row.row["table"],
+                "tokens": f"{g.base.row['prompt']:,} to {g.row.row['prompt']:,}",
+                "measured growth (ms)": g.measured_ms,
+                "predicted growth (ms)": g.predicted_ms,
+                "predicted / measured": g.ratio,
+                "verdict": verdict[g.within],
+            }
+            for g in found
+        ]
+    )
+    judged = [g for g in found if g.within is not None]
+    return GrowthFindings(
+        frame=frame,
+        count=len(found),
+        judged=len(judged),
+        within=sum(bool(g.within) for g in judged),
+        target_pct=100 * context_growth.TARGET,
+        min_share_pct=100 * context_growth.MIN_SHARE,
     )
 
 
