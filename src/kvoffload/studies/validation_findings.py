@@ -232,6 +232,7 @@ def growth_findings(results: list[validation.Result]) -> GrowthFindings:
                 "row": g.row.row["id"],
                 "over": g.base.row["id"],
                 "table": g.row.row["table"],
+                "role": validation.role(g.row.row),
                 "tokens": f"{g.base.row['prompt']:,} to {g.row.row['prompt']:,}",
                 "measured growth (ms)": g.measured_ms,
                 "predicted growth (ms)": g.predicted_ms,
