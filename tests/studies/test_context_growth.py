@@ -14,7 +14,7 @@ from kvoffload.studies import validation
 
 def _row(id_: str, prompt: int, measured: float, **extra) -> dict:
     return {
-        "id": id_, "table": "t", "engine": "llamacpp", "system": "s", "model": "m",
+        "id": id_, "table": "moe-offload", "engine": "llamacpp", "system": "s", "model": "m",
         "precision": "q4_0", "options": {"n_gpu_layers": 99}, "batch": 1, "prompt": prompt,
         "generate": 128, "metric": "decode_tokens_per_s", "measured": measured,
         "source": "x", "where": "y", **extra,
@@ -94,3 +94,4 @@ def test_the_chapter_s_frame_gives_each_growth_its_verdict_and_the_tally_adds_up
     ]  # fmt: skip
     assert (f.count, f.judged, f.within) == (3, 2, 1)
     assert f.target_pct == 30 and f.min_share_pct == 5
+    assert set(f.frame["role"]) == {"check"}
