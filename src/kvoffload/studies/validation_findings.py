@@ -236,7 +236,7 @@ def growth_findings(results: list[validation.Result]) -> GrowthFindings:
                 "tokens": f"{g.base.row['prompt']:,} to {g.row.row['prompt']:,}",
                 "measured growth (ms)": g.measured_ms,
                 "predicted growth (ms)": g.predicted_ms,
-                "predicted / measured": g.ratio,
+                "predicted / measured (ratio)": g.ratio,
                 "verdict": verdict[g.within],
             }
             for g in found
