@@ -67,6 +67,10 @@ def test_rtr_turns_mmap_off():
         ({"ser": [6, 1, 2]}, "'Kmin,t'"),
         ({"ser": "6,1", "fork": "llama.cpp"}, "ik_llama.cpp's option"),
         ({"rtr": True, "fork": "llama.cpp"}, "ik_llama.cpp's option"),
+        ({"mla": 3, "fork": "llama.cpp"}, "ik_llama.cpp's option"),
+        ({"amb": 512, "fork": "llama.cpp"}, "ik_llama.cpp's option"),
+        ({"fmoe": True, "fork": "llama.cpp"}, "ik_llama.cpp's option"),
+        ({"mla": 4}, "options.mla"),
         ({"split_mode": "row"}, "ik_llama has no split mode 'row'"),
         ({"split_mode": "attn"}, "only the attention over the GPUs, which is not modelled"),
         ({"split_mode": "tensor"}, "ik_llama has no split mode 'tensor'"),
@@ -79,3 +83,54 @@ def test_bad_ser_and_rtr_are_refused_in_one_line(options, fragment):
         parse_scenario(_raw(**options))
     text = str(info.value)
     assert fragment in text and "options." in text and "\n" not in text
+
+
+def _deepseek(**options) -> dict:
+    return {
+        "hardware": "epyc-9654-h100-pcie",
+        "model": "deepseek-v3",
+        "engine": "llamacpp",
+        "precision": {"weights": "q4_k_m", "kv": "fp16"},
+        "workload": {"batch": 1, "prompt": 8192, "generate": 32},
+        "options": {"fork": "ik_llama", "n_cpu_moe": 61, **options},
+    }
+
+
+def test_mla_sets_what_deepseek_caches_and_what_attention_costs():
+    """-mla 2 and 3 (and the default) cache the latent, 576 values a token and layer; 1 adds a
+    transposed copy of the 512-value latent for V; 0 caches every one of the 128 heads' keys
+    (192 values) and values (128), and attends without absorbing the projections."""
+    mla = parse_scenario(_deepseek()).model.mla
+    rank, rope, nope, v = (
+        mla.kv_lora_rank,
+        mla.qk_rope_head_dim,
+        mla.qk_nope_head_dim,
+        mla.v_head_dim,
+    )
+    heads = parse_scenario(_deepseek()).model.n_heads
+    values = {None: rank + rope, 3: rank + rope, 2: rank + rope, 1: 2 * rank + rope}
+    values[0] = heads * (nope + rope) + heads * v
+    base = predict(parse_scenario(_deepseek()), check=False)
+    tokens = 8192 + 32
+    for level, per_token in values.items():
+        opts = {} if level is None else {"mla": level}
+        got = predict(parse_scenario(_deepseek(**opts)), check=False)
+        extra = (per_token - (rank + rope)) * 2 * 61 * tokens  # fp16, 61 layers, the final context
+        assert float(got.memory.gpu) - float(base.memory.gpu) == pytest.approx(extra, rel=1e-9)
+        model = llamacpp.engine._as_run(parse_scenario(_deepseek(**opts))).model
+        attn = decode.layers(model, got.scenario.setup.weights)
+        flops = 2 * heads * ((nope + rope + v) if level == 0 else (2 * rank + rope))
+        assert set(attn.attn_flops[attn.kv_per_token > 0].tolist()) == {flops}
+    assert predict(parse_scenario(_deepseek(mla=0)), check=False).tpot_s > base.tpot_s
+
+
+def test_amb_and_fmoe_are_accepted_and_change_nothing():
+    base = predict(parse_scenario(_deepseek()), check=False)
+    for opts in ({"amb": 512}, {"fmoe": True}, {"fmoe": False}, {"mla": 3, "amb": 512}):
+        got = predict(parse_scenario(_deepseek(**opts)), check=False)
+        assert got.tpot_s == base.tpot_s and got.ttft_s == base.ttft_s
+    # a model without MLA ignores -mla
+    assert (
+        predict(parse_scenario(_raw(mla=0)), check=False).tpot_s
+        == predict(parse_scenario(_raw()), check=False).tpot_s
+    )

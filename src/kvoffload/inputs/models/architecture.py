@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -30,13 +30,20 @@ class Tensor:
 
 @dataclass(frozen=True)
 class Mla:
-    """Multi-head latent attention (DeepSeek): what the cache holds per token and layer."""
+    """Multi-head latent attention (DeepSeek): what the cache holds per token and layer.
+
+    ``cache`` is what an engine keeps: the latent and its rope part (``latent``, every engine
+    by default), that and a transposed copy of the latent for V (``latent_and_v``: ik_llama.cpp's
+    ``-mla 1``), or every head's decompressed keys and values (``full``: ``-mla 0``, standard
+    attention).
+    """
 
     kv_lora_rank: int
     qk_rope_head_dim: int
     qk_nope_head_dim: int
     v_head_dim: int
     q_lora_rank: int | None
+    cache: Literal["latent", "latent_and_v", "full"] = "latent"
 
 
 @dataclass(frozen=True)
@@ -227,8 +234,15 @@ class Architecture:
 
     def kv_vectors(self) -> tuple[tuple[int, int], ...]:
         """Return the cached vectors per token and layer as (count, length) pairs."""
-        if self.mla:
-            return ((1, self.mla.kv_lora_rank + self.mla.qk_rope_head_dim),)
+        a = self.mla
+        if a and a.cache == "full":
+            return (
+                (self.n_heads, a.qk_nope_head_dim + a.qk_rope_head_dim),
+                (self.n_heads, a.v_head_dim),
+            )
+        if a:
+            latent = ((1, a.kv_lora_rank + a.qk_rope_head_dim),)
+            return (*latent, (1, a.kv_lora_rank)) if a.cache == "latent_and_v" else latent
         return ((self.n_kv_heads, self.head_dim), (self.n_kv_heads, self.v_head_dim))
 
     @property

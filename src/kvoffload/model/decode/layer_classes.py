@@ -82,8 +82,11 @@ def layers(model: Model, weights: WeightFormat) -> Layers:
     k, n = (model.moe.experts_per_token, model.moe.n_experts) if model.moe else (1, 1)
     active_params = per_layer_params - per_layer_expert_params * (1 - k / n)
     attn = 2 * model.n_heads * (model.head_dim + model.v_head_dim)
-    if model.mla:  # absorbed MLA attends over the latent
-        attn = 2 * model.n_heads * (2 * model.mla.kv_lora_rank + model.mla.qk_rope_head_dim)
+    a = model.mla
+    if a and a.cache == "full":  # standard attention over every head's decompressed K and V
+        attn = 2 * model.n_heads * (a.qk_nope_head_dim + a.qk_rope_head_dim + a.v_head_dim)
+    elif a:  # absorbed MLA attends over the latent
+        attn = 2 * model.n_heads * (2 * a.kv_lora_rank + a.qk_rope_head_dim)
     spans = model.windows  # 0 for a recurrent layer: it caches no token
     attends = model.attention_layers
     state = model.state_values_per_layer()

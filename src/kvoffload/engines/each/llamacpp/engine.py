@@ -60,15 +60,25 @@ class _Held:
         )
 
 
+# ik_llama.cpp's -mla: what an MLA model's cache holds (options.py); 2 and 3 the latent alone
+MLA_CACHE = {0: "full", 1: "latent_and_v", 2: "latent", 3: "latent"}
+
+
 def _as_run(sc: Scenario) -> Scenario:
-    """Return the scenario as the engine runs it: under ``-ser`` its tokens use fewer experts."""
-    moe = sc.model.moe
-    if moe is None or not sc.options.ser:
+    """Return the scenario as the engine runs it: under ``-ser`` its tokens use fewer experts;
+    under ik_llama.cpp's ``-mla 0`` or ``1`` an MLA model caches more than the latent."""
+    model = sc.model
+    moe = model.moe
+    if moe is not None and sc.options.ser:
+        k = ser_experts(sc.options, moe.experts_per_token)
+        if k != moe.experts_per_token:
+            model = replace(model, moe=replace(moe, experts_per_token=k))
+    if model.mla is not None and sc.options.mla is not None:
+        cache = MLA_CACHE[sc.options.mla]
+        if cache != model.mla.cache:
+            model = replace(model, mla=replace(model.mla, cache=cache))
+    if model is sc.model:
         return sc
-    k = ser_experts(sc.options, moe.experts_per_token)
-    if k == moe.experts_per_token:
-        return sc
-    model = replace(sc.model, moe=replace(moe, experts_per_token=k))
     return replace(sc, model=model, setup=replace(sc.setup, model=model))
 
 

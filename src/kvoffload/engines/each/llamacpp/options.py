@@ -108,6 +108,17 @@ class Options(Strict):
     ser: tuple[Annotated[float, Meta(ge=0, le=1e6)], ...] | str = ()
     # ik_llama.cpp's -rtr (run-time repack): sets use_mmap = false, so it implies no_mmap
     rtr: bool = False
+    # ik_llama.cpp's -mla (common.h at 8337e4cd3861406fc04e0854b1409cd1b027fbc9: default 3):
+    # what a DeepSeek-style model caches: 0 every head's K and V (standard attention), 1 the
+    # latent and a transposed copy of it for V, 2 and 3 the latent alone (3 with flash
+    # attention in decode too); a model without MLA ignores it
+    mla: Literal[0, 1, 2, 3] | None = None
+    # ik_llama.cpp's -amb (MiB of attention scores at once, without flash attention only) and
+    # -fmoe / -no-fmoe (the fused up-gate MoE op, on by default at that commit): accepted, no
+    # term of their own (the prefill's score buffer is not modelled; the fused op's speed is
+    # the matvec rates')
+    amb: Annotated[int, Meta(ge=0, le=1 << 20)] | None = None
+    fmoe: bool | None = None
 
     @property
     def ubatch(self) -> int:
@@ -144,10 +155,11 @@ class Options(Strict):
             raise FieldError(
                 "ser", "must be 'Kmin,t' such as '6,1': a whole Kmin from 1 and a t up to 1e6"
             )
-        if (ser or self.rtr) and self.fork != "ik_llama":
-            raise FieldError(
-                "ser" if ser else "rtr", "is ik_llama.cpp's option: say fork: ik_llama with it"
-            )
+        own = {"ser": bool(ser), "rtr": self.rtr, "mla": self.mla is not None,
+               "amb": self.amb is not None, "fmoe": self.fmoe is not None}  # fmt: skip
+        given = [name for name, used in own.items() if used]
+        if given and self.fork != "ik_llama":
+            raise FieldError(given[0], "is ik_llama.cpp's option: say fork: ik_llama with it")
         if ser and ser[1] < 1:
             raise FieldError(
                 "ser",
