@@ -110,6 +110,40 @@ class Options(Strict):
     disable_uva: bool = False
     # the prompt tokens one scheduler step prefills (chunked prefill); default: vllm serve's
     max_num_batched_tokens: Annotated[int, Meta(ge=1, le=1 << 24)] | None = None
+    # --max-model-len (a request longer than it is rejected), --max-num-seqs (at most that many
+    # requests in a step), --tensor-parallel-size (the profile's GPU count: vLLM runs them as
+    # one group), --enforce-eager (no CUDA graphs: accepted, with no term of its own; the
+    # launches' cost at small batches is not modelled)
+    max_model_len: Annotated[int, Meta(ge=1, le=1 << 25)] | None = None
+    max_num_seqs: Annotated[int, Meta(ge=1, le=1 << 20)] | None = None
+    tensor_parallel_size: Annotated[int, Meta(ge=1, le=64)] | None = None
+    enforce_eager: bool = False
+
+
+def refuse_serving(sc: Scenario) -> None:
+    """Refuse what ``vllm serve`` refuses for the scenario's requests under its own limits."""
+    o = sc.options
+    tokens = sc.prompt + sc.generate
+    if o.max_model_len is not None and tokens > o.max_model_len:
+        raise InputError(
+            f"options.max_model_len is {o.max_model_len} but a request holds {tokens} tokens "
+            "(prompt + generate): vLLM rejects it",
+            field="options.max_model_len",
+        )
+    if o.max_num_seqs is not None and sc.batch > o.max_num_seqs:
+        raise InputError(
+            f"options.max_num_seqs is {o.max_num_seqs} but the batch is {sc.batch}: vLLM runs "
+            "at most that many requests in a step",
+            field="options.max_num_seqs",
+        )
+    tp = o.tensor_parallel_size
+    if tp is not None and tp != sc.system.gpu.count:
+        raise InputError(
+            f"options.tensor_parallel_size is {tp} but the profile has {sc.system.gpu.count} "
+            "GPU(s) of its kind: vLLM runs the profile's GPUs as one group (say gpus: or "
+            "hardware.gpu.count to match)",
+            field="options.tensor_parallel_size",
+        )
 
 
 # vllm serve's chunked-prefill budget (EngineArgs' batch defaults for the OpenAI API server,
@@ -275,6 +309,7 @@ def predict(sc: Scenario) -> Prediction:
     """Return vLLM's prediction: weights streamed over the link (UVA) in every step, prefix reuse;
     with several GPUs, one tensor-parallel group."""
     o = sc.options
+    refuse_serving(sc)
     system, model = sc.system, sc.model
     tp = system.gpu.count
     setup, off, heads = _setup(sc)
