@@ -339,6 +339,9 @@ def _execute(job: Job, kernel: Kernel) -> Outcome:
     return Outcome(job, "executed", time.perf_counter() - started)
 
 
+HALT_WAIT_S = 2.0  # how long an interrupt waits for the workers, all of them together
+
+
 class _Pool:
     """Worker threads, each driving one warm kernel through jobs taken from a shared queue."""
 
@@ -410,8 +413,11 @@ class _Pool:
             self.early.kill()
         for kernel in kernels:
             kernel.kill()
+        # the workers notice their dead kernels and end; wait for them two seconds in all, not
+        # two each (a loaded machine would otherwise hold the interrupt for seconds per worker)
+        deadline = time.monotonic() + HALT_WAIT_S
         for t in self.threads:
-            t.join(timeout=2)
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
 def run_jobs(
