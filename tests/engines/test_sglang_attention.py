@@ -151,3 +151,35 @@ def test_with_triton_decode_never_speeds_up_with_context_or_batch(context, more,
     base = tpot(context, batch)
     assert tpot(context + more, batch) >= base
     assert tpot(context, batch + 1) >= base
+
+
+def test_the_tutorial_s_serving_flags_are_accepted_and_its_limits_enforced():
+    """The Coder-Next tutorial's launch flags beside the kt-* ones change nothing modelled; a
+    batch past --max-running-requests and a --tensor-parallel-size above one are refused."""
+    flags = {
+        "max_running_requests": 4,
+        "tensor_parallel_size": 1,
+        "enable_mixed_chunk": True,
+        "disable_shared_experts_fusion": True,
+        "enable_p2p_check": True,
+        "fp8_gemm_backend": "cutlass",
+        "disable_cuda_graph": False,
+    }
+    base = predict(_coder_next(2048, attention_backend="triton"))
+    got = predict(_coder_next(2048, attention_backend="triton", **flags))
+    assert got.tpot_s == base.tpot_s and got.ttft_s == base.ttft_s
+    for opts, field in (
+        ({"tensor_parallel_size": 2}, "options.tensor_parallel_size"),
+        ({"max_running_requests": 1}, None),  # batch 1: allowed
+    ):
+        if field is None:
+            assert predict(_coder_next(2048, **opts)).tpot_s > 0
+            continue
+        with pytest.raises(InputError) as e:
+            predict(_coder_next(2048, **opts))
+        assert field in str(e.value) and "\n" not in str(e.value)
+    raw = _plain_raw(2048, batch=8, max_running_requests=4)
+    with pytest.raises(InputError) as e:
+        predict(parse_scenario(raw, name="sglang"))
+    assert "options.max_running_requests" in str(e.value)
+    assert predict(_plain(2048, **flags)).tpot_s == predict(_plain(2048)).tpot_s

@@ -33,11 +33,12 @@ from __future__ import annotations
 
 import re
 from functools import cache
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from kvoffload.inputs import catalog
+from kvoffload.inputs.errors import InputError
 from kvoffload.model import decode
 
 # ``--attention-backend`` values the engines accept (server_args.py ATTENTION_BACKEND_CHOICES,
@@ -55,12 +56,52 @@ Backend = Literal[
     "aiter",
     "torch_native",
 ]
+# --fp8-gemm-backend's choices (server_args.py FP8_GEMM_RUNNER_BACKEND_CHOICES)
+Fp8GemmBackend = Literal[
+    "auto", "deep_gemm", "flashinfer_trtllm", "flashinfer_deepgemm", "cutlass", "triton", "aiter"
+]
 BLOCK_N = 32  # tokens a program takes per tile (``BLOCK`` in _decode_grouped_att_m_fwd)
 MAX_KV_SPLITS = 8  # server_args.py ``triton_attention_num_kv_splits`` default
 ARCHIVE_KV_SPLITS = 4  # KTransformers 0.2.1's forward_linux_triton: num_kv_splits 4
 _HOPPER = re.compile(r"\b(GH|H)(100|200|800|20)\b", re.IGNORECASE)
 _SM100 = re.compile(r"\bG?B(200|300)\b", re.IGNORECASE)
 _ROCM = re.compile(r"\b(AMD|Instinct|Radeon)\b", re.IGNORECASE)
+
+
+# SGLang's serving flags a launch command may carry beside the modelled ones: the limits
+# (``refuse_serving``) and flags accepted with no term of their own, for one request on one GPU:
+# mixed chunks (a decode batch beside a prefill chunk), shared-expert fusion (the same bytes
+# either way), the P2P check, the FP8 GEMM backend (the engine's matmul rate) and CUDA graphs
+# off (kernel launches are not modelled)
+SERVING_FLAGS = (
+    "max_running_requests",
+    "tensor_parallel_size",
+    "enable_mixed_chunk",
+    "disable_shared_experts_fusion",
+    "enable_p2p_check",
+    "fp8_gemm_backend",
+    "disable_cuda_graph",
+)
+
+
+def refuse_serving(sc: Any) -> None:
+    """Refuse what ``launch_server`` refuses under its own limits: a batch past
+    ``--max-running-requests``, a ``--tensor-parallel-size`` other than the profile's one GPU."""
+    o = sc.options
+    cap = getattr(o, "max_running_requests", None)
+    if cap is not None and sc.batch > cap:
+        raise InputError(
+            f"options.max_running_requests is {cap} but the batch is {sc.batch}: SGLang runs at "
+            "most that many requests at once",
+            field="options.max_running_requests",
+        )
+    tp = getattr(o, "tensor_parallel_size", None)
+    if tp is not None and tp != 1:
+        raise InputError(
+            f"options.tensor_parallel_size is {tp}: SGLang's tensor parallelism is not modelled "
+            "(one GPU)",
+            field="options.tensor_parallel_size",
+        )
 
 
 @cache

@@ -61,6 +61,14 @@ class Options(Strict):
     hicache_storage_backend: Literal["file"] | None = None
     # --attention-backend; None: the one server_args.py picks for the GPU and the attention kind
     attention_backend: sglang_attention.Backend | None = None
+    # serving flags a launch command carries (sglang_attention.SERVING_FLAGS)
+    max_running_requests: Annotated[int, Meta(ge=1, le=1 << 20)] | None = None
+    tensor_parallel_size: Annotated[int, Meta(ge=1, le=64)] | None = None
+    enable_mixed_chunk: bool | None = None
+    disable_shared_experts_fusion: bool | None = None
+    enable_p2p_check: bool | None = None
+    fp8_gemm_backend: sglang_attention.Fp8GemmBackend | None = None
+    disable_cuda_graph: bool | None = None
 
 
 def attention_backend(sc: Scenario) -> str:
@@ -73,6 +81,7 @@ def _setup(sc: Scenario) -> decode.Setup:
     """Return the step model's setup with weights and KV on the GPU, refusing several GPUs; the
     Triton backend's decode attention walks the cache (engines/sglang_attention.py)."""
     refuse_several_gpus(sc, "sglang", "its tensor parallelism is")
+    sglang_attention.refuse_serving(sc)
     walk = sglang_attention.walk(attention_backend(sc), sc.model.mla is not None)
     return decode.Setup(sc.system, sc.model, sc.setup.weights, sc.setup.kv, attention_walk=walk)
 

@@ -158,6 +158,14 @@ class Options(Strict, frozen=True):
     mem_fraction_static: Annotated[float, Meta(gt=0.0, le=1.0)] | None = None
     # SGLang's --attention-backend; None: the one server_args.py picks for the GPU and model
     attention_backend: sglang_attention.Backend | None = None
+    # SGLang's serving flags the kt-kernel tutorials pass (sglang_attention.SERVING_FLAGS)
+    max_running_requests: Annotated[int, Meta(ge=1, le=1 << 20)] | None = None
+    tensor_parallel_size: Annotated[int, Meta(ge=1, le=64)] | None = None
+    enable_mixed_chunk: bool | None = None
+    disable_shared_experts_fusion: bool | None = None
+    enable_p2p_check: bool | None = None
+    fp8_gemm_backend: sglang_attention.Fp8GemmBackend | None = None
+    disable_cuda_graph: bool | None = None
 
     def __post_init__(self) -> None:
         if self.optimize_config_path is None:

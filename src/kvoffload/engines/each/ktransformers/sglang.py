@@ -139,6 +139,7 @@ SGLANG_OPTIONS = (
     "max_total_tokens",
     "mem_fraction_static",
     "attention_backend",
+    *sglang_attention.SERVING_FLAGS,
 )
 ARCHIVE_OPTIONS = (
     "optimize_config_path",
@@ -263,6 +264,7 @@ def refuse(sc: Scenario) -> None:
             field=f"options.{mixed[0]}",
         )
     refuse_several_gpus(sc, "ktransformers", "SGLang's tensor parallelism with kt-kernel is")
+    sglang_attention.refuse_serving(sc)
     moe = sc.model.moe
     if moe is None or moe.n_experts <= 1:
         raise InputError(
