@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from kvoffload.engines.each.llamacpp import attention, prefill, row_split, tensor_parallel
+from kvoffload.engines.each.llamacpp import attention, kv_cells, prefill, row_split, tensor_parallel
 from kvoffload.engines.each.llamacpp.options import Options, ser_experts
 from kvoffload.engines.each.llamacpp.placement import (
     _read_bytes,
@@ -24,7 +24,7 @@ from kvoffload.engines.each.llamacpp.step import _step_parts_at
 from kvoffload.engines.llamacpp_prompt_cache import cache_rule
 from kvoffload.engines.spec import EngineSpec, PrefixCache
 from kvoffload.inputs.units import format_bytes
-from kvoffload.model import decode, kv, tensor_groups
+from kvoffload.model import decode, tensor_groups
 from kvoffload.model.prediction import Prediction, Resolved, Scenario
 
 
@@ -89,8 +89,7 @@ def _held(sc: Scenario) -> _Held:
     on_gpu = gpus >= 0
     w_gpu = float(table.nbytes[on_gpu].sum())
     w_cpu = float(table.nbytes[~on_gpu].sum())
-    final = sc.prompt + sc.generate
-    kv_layers = kv.layer_bytes(sc.setup.cache_model, final, sc.setup.kv) * sc.batch
+    kv_layers = kv_cells.layer_bytes(sc)  # what llama.cpp allocates (-c, -np, --swa-full)
     kv_gpu = 0.0 if sc.options.no_kv_offload else float(kv_layers[layer_on_gpu[:-1]].sum())
     kv_cpu = float(kv_layers.sum()) - kv_gpu
     each = (
@@ -113,6 +112,7 @@ def memory(sc: Scenario) -> decode.Memory:
 def predict(sc: Scenario) -> Prediction:
     """Return llama.cpp's time per token, prefill and memory for the scenario."""
     given, sc = sc, _as_run(sc)
+    kv_cells.refuse(sc)
     system, model, o = sc.system, sc.model, sc.options
     if is_tensor_parallel(sc):
         tensor_parallel.check(sc)

@@ -101,6 +101,13 @@ class Options(Strict):
     # ik_llama.cpp's graph (tensor_parallel.py)
     split_mode: Literal["layer", "row", "none", "tensor", "attn", "graph"] = "layer"
     main_gpu: Annotated[int, Meta(ge=0, lt=MAX_DEVICES)] = 0  # -mg: the GPU split_mode none uses
+    # llama-server's cache (kv_cells.py): -c (cells allocated up front; None: what the requests
+    # hold, as llama-bench sizes it), -np slots (None: one a request), -kvu one stream for all,
+    # --swa-full sliding layers as large as the rest
+    ctx_size: Annotated[int, Meta(ge=1, le=1 << 25)] | None = None
+    parallel: Annotated[int, Meta(ge=1, le=1 << 16)] | None = None
+    kv_unified: bool = False
+    swa_full: bool = False
     # -fa: flash attention; auto (llama.cpp's default) is on wherever the CUDA backend has its
     # kernels, as for every model here; off (or false) materialises the scores (attention.py)
     flash_attn: Literal["on", "off", "auto"] | bool = "auto"
