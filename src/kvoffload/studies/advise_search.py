@@ -186,8 +186,10 @@ class _Probe:
 
     def _scenario(self, options: Mapping[str, Any]) -> Scenario:
         system, model, engine, wf, kf, wl = self.key
+        # every placement tried is spelled out (the command gives -ngl): llama.cpp's --fit never acts
+        given = {"fit": False, **options} if engine == "llamacpp" else dict(options)
         return Scenario(system, model, engine, decode.Setup(system, model, wf, kf), wl.batch,
-                        wl.prompt, wl.generate, validate_options(engine, dict(options)))  # fmt: skip
+                        wl.prompt, wl.generate, validate_options(engine, given))  # fmt: skip
 
     def prediction(self, options: Mapping[str, Any]) -> Prediction:
         """Return the engine's prediction with these options (InputError where it refuses)."""

@@ -192,6 +192,8 @@ def options_of(inputs: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if lc.get("n_gpu_layers") is not None:
         out["n_gpu_layers"] = int(lc["n_gpu_layers"])
+    else:  # every layer on the GPU, as the page's command says (-ngl all): no --fit search
+        out["fit"] = False
     if lc.get("n_cpu_moe"):
         out["n_cpu_moe"] = int(lc["n_cpu_moe"])
     if lc.get("cpu_moe"):

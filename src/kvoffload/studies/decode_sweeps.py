@@ -220,6 +220,7 @@ def kv_format_frame(
                 "engine": "llamacpp",
                 "precision": {"weights": weights, "kv": fmt},
                 "workload": {"batch": 1, "prompt": int(c), "generate": 1},
+                "options": {"fit": False},  # every layer on the GPU, as the sweep asks
             }
             try:
                 p = predict(parse_scenario(raw, name="kv format sweep"), check=False)

@@ -64,7 +64,7 @@ def _scenario(
         "engine": "llamacpp",
         "precision": {"weights": str(fmt), "kv": KV},
         "workload": {"batch": batch, "prompt": prompt, "generate": GENERATE},
-        "options": options,
+        "options": {"fit": False, **options},  # the placement as given, no --fit search
     }
     return parse_scenario(raw, name="moe-offload")
 

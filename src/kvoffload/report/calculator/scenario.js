@@ -111,6 +111,7 @@
   function llamacppOptions(o) {
     const out = {};
     if (o.n_gpu_layers !== null) out.n_gpu_layers = o.n_gpu_layers;
+    else out.fit = false; // every layer on the GPU, as the page's command says: no --fit search
     if (o.n_cpu_moe) out.n_cpu_moe = o.n_cpu_moe;
     if (o.cpu_moe) out.cpu_moe = true;
     if (o.no_kv_offload) out.no_kv_offload = true;

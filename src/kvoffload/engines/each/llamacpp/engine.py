@@ -6,7 +6,14 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from kvoffload.engines.each.llamacpp import attention, kv_cells, prefill, row_split, tensor_parallel
+from kvoffload.engines.each.llamacpp import (
+    attention,
+    fit,
+    kv_cells,
+    prefill,
+    row_split,
+    tensor_parallel,
+)
 from kvoffload.engines.each.llamacpp.options import Options, ser_experts
 from kvoffload.engines.each.llamacpp.placement import (
     _read_bytes,
@@ -65,8 +72,10 @@ MLA_CACHE = {0: "full", 1: "latent_and_v", 2: "latent", 3: "latent"}
 
 
 def _as_run(sc: Scenario) -> Scenario:
-    """Return the scenario as the engine runs it: under ``-ser`` its tokens use fewer experts;
-    under ik_llama.cpp's ``-mla 0`` or ``1`` an MLA model caches more than the latent."""
+    """Return the scenario as the engine runs it: the placement ``--fit`` picks where none is
+    given; under ``-ser`` its tokens use fewer experts; under ik_llama.cpp's ``-mla 0`` or ``1``
+    an MLA model caches more than the latent."""
+    sc = fit.fitted(sc, lambda probe: float(_held(_as_run(probe)).memory.gpu))
     model = sc.model
     moe = model.moe
     if moe is not None and sc.options.ser:
@@ -204,6 +213,10 @@ def predict(sc: Scenario) -> Prediction:
             "gpu_layers_from": first,
             "no_kv_offload": o.no_kv_offload,
             "n_cpu_moe": o.n_cpu_moe,
+            # --fit's choice where it set the placement (none given and all on the GPU too big)
+            "fit": {"n_gpu_layers": o.n_gpu_layers, "n_cpu_moe": o.n_cpu_moe}
+            if fit.applies(given) and (o.n_gpu_layers is not None or o.n_cpu_moe)
+            else None,
             "layers_per_gpu": layers_per_gpu(sc),  # the output layer counts, as in -ngl
             "split_mode": o.split_mode,
             "all_reduces_per_token": reduces,

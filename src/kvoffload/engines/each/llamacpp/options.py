@@ -108,6 +108,10 @@ class Options(Strict):
     parallel: Annotated[int, Meta(ge=1, le=1 << 16)] | None = None
     kv_unified: bool = False
     swa_full: bool = False
+    # -fit on|off (default on) and --fit-target MiB: with no -ngl, -ot or --n-cpu-moe given,
+    # the placement llama_params_fit picks on one GPU (fit.py)
+    fit: Literal["on", "off"] | bool = True
+    fit_target: Annotated[int, Meta(ge=0, le=1 << 20)] = 1024
     # -fa: flash attention; auto (llama.cpp's default) is on wherever the CUDA backend has its
     # kernels, as for every model here; off (or false) materialises the scores (attention.py)
     flash_attn: Literal["on", "off", "auto"] | bool = "auto"
@@ -173,6 +177,8 @@ class Options(Strict):
                 "with t below 1 the experts a token keeps depend on the router's probabilities, "
                 "which the model does not have; 'Kmin,1' keeps exactly Kmin",
             )
+        if isinstance(self.fit, str):
+            msgspec.structs.force_setattr(self, "fit", self.fit == "on")
         if isinstance(self.flash_attn, bool):
             msgspec.structs.force_setattr(self, "flash_attn", "on" if self.flash_attn else "off")
         _check_split_mode(self.split_mode, self.fork)
