@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvoffload.engines.each.llamacpp import engine
-from kvoffload.engines.each.llamacpp import fit
+from kvoffload.engines.each.llamacpp import engine, fit
 from kvoffload.engines.scenario import parse_scenario, predict
 
 MIB = 2**20
