@@ -24,7 +24,12 @@ KV = "bf16"  # every setup's cache format
 ENGINE_SETUPS: dict[str, tuple[str, dict[str, Any] | str, dict | None, str]] = {
     "generic, all KV in host memory": ("generic", {}, {"kv": {"cpu": 1.0}}, "bf16"),
     "llama.cpp, all layers on the GPU": ("llamacpp", {"fit": False}, None, "q4_k_m"),
-    "llama.cpp, --no-kv-offload": ("llamacpp", {"no_kv_offload": True, "fit": False}, None, "q4_k_m"),
+    "llama.cpp, --no-kv-offload": (
+        "llamacpp",
+        {"no_kv_offload": True, "fit": False},
+        None,
+        "q4_k_m",
+    ),
     "vLLM, half the weights offloaded": ("vllm", "half", None, "bf16"),
     "ZeRO-Inference, weights in host memory": ("zero-inference", {}, None, "bf16"),
     "HF Accelerate, weights in host memory": ("hf-accelerate", {}, None, "bf16"),
