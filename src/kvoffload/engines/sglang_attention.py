@@ -33,12 +33,14 @@ from __future__ import annotations
 
 import re
 from functools import cache
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
+from msgspec import Meta
 
 from kvoffload.inputs import catalog
 from kvoffload.inputs.errors import InputError
+from kvoffload.inputs.text import Strict
 from kvoffload.model import decode
 
 # ``--attention-backend`` values the engines accept (server_args.py ATTENTION_BACKEND_CHOICES,
@@ -68,20 +70,24 @@ _SM100 = re.compile(r"\bG?B(200|300)\b", re.IGNORECASE)
 _ROCM = re.compile(r"\b(AMD|Instinct|Radeon)\b", re.IGNORECASE)
 
 
-# SGLang's serving flags a launch command may carry beside the modelled ones: the limits
-# (``refuse_serving``) and flags accepted with no term of their own, for one request on one GPU:
-# mixed chunks (a decode batch beside a prefill chunk), shared-expert fusion (the same bytes
-# either way), the P2P check, the FP8 GEMM backend (the engine's matmul rate) and CUDA graphs
-# off (kernel launches are not modelled)
-SERVING_FLAGS = (
-    "max_running_requests",
-    "tensor_parallel_size",
-    "enable_mixed_chunk",
-    "disable_shared_experts_fusion",
-    "enable_p2p_check",
-    "fp8_gemm_backend",
-    "disable_cuda_graph",
-)
+class ServingFlags(Strict):
+    """SGLang's ``--attention-backend`` and the serving flags a launch command carries beside
+    the modelled ones: the limits (``refuse_serving``) and flags accepted with no term of their
+    own for one request on one GPU: mixed chunks (a decode batch beside a prefill chunk),
+    shared-expert fusion (the same bytes either way), the P2P check, the FP8 GEMM backend (the
+    engine's matmul rate) and CUDA graphs off (kernel launches are not modelled)."""
+
+    attention_backend: Backend | None = None  # None: the one server_args.py picks
+    max_running_requests: Annotated[int, Meta(ge=1, le=1 << 20)] | None = None
+    tensor_parallel_size: Annotated[int, Meta(ge=1, le=64)] | None = None
+    enable_mixed_chunk: bool | None = None
+    disable_shared_experts_fusion: bool | None = None
+    enable_p2p_check: bool | None = None
+    fp8_gemm_backend: Fp8GemmBackend | None = None
+    disable_cuda_graph: bool | None = None
+
+
+SERVING_FLAGS = tuple(f for f in ServingFlags.__struct_fields__ if f != "attention_backend")
 
 
 def refuse_serving(sc: Any) -> None:

@@ -37,7 +37,6 @@ from kvoffload.engines.prefix_cache import BlockTokens
 from kvoffload.engines.single_gpu import refuse_several_gpus
 from kvoffload.engines.spec import CacheRule, EngineSpec, PrefixCache
 from kvoffload.inputs.limits import MAX_PARAMS
-from kvoffload.inputs.text import Strict
 from kvoffload.inputs.units import format_bytes
 from kvoffload.model import decode, reuse
 from kvoffload.model.prediction import Prediction, Scenario, predict_setup
@@ -46,7 +45,7 @@ GB = 10**9
 MAX_HOST_GB = MAX_PARAMS * 4 // GB  # the largest plausible model's fp32 weights, 4.5 PB
 
 
-class Options(Strict):
+class Options(sglang_attention.ServingFlags):
     """SGLang's memory and HiCache options (server_args.py)."""
 
     mem_fraction_static: Annotated[float, Meta(gt=0.0, le=1.0)] = 0.9
@@ -59,16 +58,6 @@ class Options(Strict):
     page_size: BlockTokens = 1
     hicache_io_backend: Literal["kernel", "direct"] = "kernel"
     hicache_storage_backend: Literal["file"] | None = None
-    # --attention-backend; None: the one server_args.py picks for the GPU and the attention kind
-    attention_backend: sglang_attention.Backend | None = None
-    # serving flags a launch command carries (sglang_attention.SERVING_FLAGS)
-    max_running_requests: Annotated[int, Meta(ge=1, le=1 << 20)] | None = None
-    tensor_parallel_size: Annotated[int, Meta(ge=1, le=64)] | None = None
-    enable_mixed_chunk: bool | None = None
-    disable_shared_experts_fusion: bool | None = None
-    enable_p2p_check: bool | None = None
-    fp8_gemm_backend: sglang_attention.Fp8GemmBackend | None = None
-    disable_cuda_graph: bool | None = None
 
 
 def attention_backend(sc: Scenario) -> str:

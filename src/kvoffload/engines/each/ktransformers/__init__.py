@@ -67,7 +67,6 @@ from kvoffload.engines.spec import EngineSpec
 from kvoffload.inputs.errors import FieldError, InputError
 from kvoffload.inputs.models import Model
 from kvoffload.inputs.precision import WeightFormat
-from kvoffload.inputs.text import Strict
 from kvoffload.model import decode, kv, routing, tensor_groups
 from kvoffload.model.prediction import Prediction, Scenario
 
@@ -121,7 +120,7 @@ def mla_decode_s(kernel: str = "triton") -> float:
     return float(constants()[f"mla_decode_{kernel}_ns"]["value"]) * 1e-9
 
 
-class Options(Strict, frozen=True):
+class Options(sglang_attention.ServingFlags, frozen=True):
     """KTransformers' own flags (local_chat.py / server), as a scenario's ``options:``."""
 
     optimize_config_path: str | None = None  # a rule file name; None: the model's default rule
@@ -156,16 +155,6 @@ class Options(Strict, frozen=True):
     kt_enable_dynamic_expert_update: bool | None = None
     max_total_tokens: Annotated[int, Meta(ge=1, le=16_777_216)] | None = None  # SGLang's KV pool
     mem_fraction_static: Annotated[float, Meta(gt=0.0, le=1.0)] | None = None
-    # SGLang's --attention-backend; None: the one server_args.py picks for the GPU and model
-    attention_backend: sglang_attention.Backend | None = None
-    # SGLang's serving flags the kt-kernel tutorials pass (sglang_attention.SERVING_FLAGS)
-    max_running_requests: Annotated[int, Meta(ge=1, le=1 << 20)] | None = None
-    tensor_parallel_size: Annotated[int, Meta(ge=1, le=64)] | None = None
-    enable_mixed_chunk: bool | None = None
-    disable_shared_experts_fusion: bool | None = None
-    enable_p2p_check: bool | None = None
-    fp8_gemm_backend: sglang_attention.Fp8GemmBackend | None = None
-    disable_cuda_graph: bool | None = None
 
     def __post_init__(self) -> None:
         if self.optimize_config_path is None:
