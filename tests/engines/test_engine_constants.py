@@ -312,7 +312,9 @@ def test_sglang_triton_tile_time_is_re_derived_from_pr_21775():
     entry = CONSTANTS["sglang"]["triton_decode_tile_us"]
     src = entry["from"]
     tokens = np.array(src["input_tokens"], dtype=float)
-    tiles = sglang_attention.triton_walk_s(tokens, mla=False) / sglang_attention.tile_s(False)
+    tiles = sglang_attention.walk("triton", mla=False).seconds(tokens) / sglang_attention.tile_s(
+        False
+    )
     slope = np.polyfit(tiles * src["layers"], 1e3 / np.array(src["tokens_per_s_old_triton"]), 1)[0]
     assert entry["value"] == pytest.approx(slope * 1e3, rel=1e-6)
     assert entry["kind"] == "fitted" and entry["machine"]

@@ -9,7 +9,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvoffload.engines import sglang_attention as sa
-from kvoffload.engines.each.ktransformers import sglang as kts
 from kvoffload.engines.scenario import parse_scenario, predict
 from kvoffload.inputs import catalog
 from kvoffload.inputs.errors import InputError
@@ -39,7 +38,9 @@ def test_the_default_backend_is_server_args_choice_for_the_gpu(gpu, mha, mla):
 def test_the_walk_is_cdiv_of_the_split_in_32_token_tiles_at_the_tile_time():
     held = np.array([0, 1, 256, 257, 8192, 32768])
     tiles = np.array([0, 1, 1, 2, 32, 128])
-    assert sa.triton_walk_s(held, mla=False) == pytest.approx(tiles * 3.1107274e-6, rel=1e-9)
+    assert sa.walk("triton", mla=False).seconds(held) == pytest.approx(
+        tiles * 3.1107274e-6, rel=1e-9
+    )
     # MLA's tile: KTransformers' fitted ns per token over its 4 splits of 32-token tiles
     ns = catalog.load("engine_constants")["ktransformers"]["mla_decode_triton_ns"]["value"]
     assert sa.tile_s(mla=True) == pytest.approx(ns * 1e-9 * 32 * 4, rel=1e-12)
@@ -49,7 +50,9 @@ def test_the_walk_is_cdiv_of_the_split_in_32_token_tiles_at_the_tile_time():
 @given(a=st.integers(0, 10**7), b=st.integers(0, 10**7), mla=st.booleans())
 def test_the_walk_never_shortens_as_the_cache_grows(a, b, mla):
     lo, hi = sorted((a, b))
-    assert sa.triton_walk_s(np.array(hi), mla) >= sa.triton_walk_s(np.array(lo), mla)
+    assert sa.walk("triton", mla).seconds(np.array(hi)) >= sa.walk("triton", mla).seconds(
+        np.array(lo)
+    )
 
 
 # the Qwen3-Coder-Next tutorial's FP8 launch on its RTX 5090 and two EPYC 9355
@@ -101,7 +104,7 @@ def test_the_default_on_a_geforce_card_is_flashinfer_for_mha_and_triton_for_mla(
         "options": {"kt_method": "FP8", "kt_num_gpu_experts": 0},
     }
     sc = parse_scenario(raw, name="dsv3")
-    assert kts.attention_backend(sc) == "triton"
+    assert sa.backend(sc) == "triton"
     assert predict(sc).settings["attention_backend"] == "triton"
 
 

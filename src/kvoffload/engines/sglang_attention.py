@@ -35,7 +35,6 @@ import re
 from functools import cache
 from typing import Annotated, Any, Literal
 
-import numpy as np
 from msgspec import Meta
 
 from kvoffload.inputs import catalog
@@ -116,6 +115,12 @@ def constants() -> dict:
     return catalog.load("engine_constants")["sglang"]
 
 
+def backend(sc: Any) -> str:
+    """Return a scenario's ``--attention-backend``: the option, else SGLang's default for it."""
+    given = sc.options.attention_backend
+    return given or default_backend(sc.system.gpu.name, sc.model.mla is not None)
+
+
 def default_backend(gpu_name: str, mla: bool) -> str:
     """Return the backend SGLang picks with no ``--attention-backend``, by the GPU's family."""
     if _HOPPER.search(gpu_name):
@@ -142,9 +147,3 @@ def walk(backend: str, mla: bool) -> decode.AttentionWalk | None:
     return (
         decode.AttentionWalk(MAX_KV_SPLITS, BLOCK_N, tile_s(mla)) if backend == "triton" else None
     )
-
-
-def triton_walk_s(held_tokens: np.ndarray, mla: bool) -> np.ndarray:
-    """Return the seconds the Triton kernel's programs take to walk ``held_tokens`` cached tokens
-    of one layer (arrays in, arrays out): cdiv(cdiv(L, 8), 32) tiles in turn; 0 for no cache."""
-    return decode.AttentionWalk(MAX_KV_SPLITS, BLOCK_N, tile_s(mla)).seconds(held_tokens)

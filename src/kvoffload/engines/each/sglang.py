@@ -60,18 +60,12 @@ class Options(sglang_attention.ServingFlags):
     hicache_storage_backend: Literal["file"] | None = None
 
 
-def attention_backend(sc: Scenario) -> str:
-    """Return ``--attention-backend``: the option, else SGLang's default for the GPU and model."""
-    given = sc.options.attention_backend
-    return given or sglang_attention.default_backend(sc.system.gpu.name, sc.model.mla is not None)
-
-
 def _setup(sc: Scenario) -> decode.Setup:
     """Return the step model's setup with weights and KV on the GPU, refusing several GPUs; the
     Triton backend's decode attention walks the cache (engines/sglang_attention.py)."""
     refuse_several_gpus(sc, "sglang", "its tensor parallelism is")
     sglang_attention.refuse_serving(sc)
-    walk = sglang_attention.walk(attention_backend(sc), sc.model.mla is not None)
+    walk = sglang_attention.walk(sglang_attention.backend(sc), sc.model.mla is not None)
     return decode.Setup(sc.system, sc.model, sc.setup.weights, sc.setup.kv, attention_walk=walk)
 
 
@@ -133,7 +127,7 @@ def predict(sc: Scenario) -> Prediction:
             "page_size": o.page_size,
             "hicache_io_backend": o.hicache_io_backend,
             "hicache_storage_backend": o.hicache_storage_backend,
-            "attention_backend": attention_backend(sc),
+            "attention_backend": sglang_attention.backend(sc),
         },
         policy="weights and KV on the GPU; "
         + (

@@ -99,9 +99,8 @@ def _stream_times(
     if gpu_attends:
         gpu_flops = wt.gpu_flops + attn_held
         kv_read = kv_rw / att_bw
-        if setup.attention_walk is not None:  # the kernel's tiles, in turn, in each cached layer
-            walk = np.where(kvb > 0, setup.attention_walk.seconds(held), 0.0)
-            kv_read = np.maximum(kv_read, walk)
+        if setup.attention_walk is not None:  # the kernel's tiles, in turn (none: no cache held)
+            kv_read = np.maximum(kv_read, setup.attention_walk.seconds(held))
     else:
         gpu_flops = wt.gpu_flops + attn_held * c.gpu
         kv_read = kv_rw * c.gpu / att_bw

@@ -214,12 +214,6 @@ def chunk_size(sc: Scenario) -> int:
     return next((c for bound, c in CHUNK_BY_GPU_MIB if mib < bound), LARGE_GPU_CHUNK)
 
 
-def attention_backend(sc: Scenario) -> str:
-    """Return ``--attention-backend``: the option, else SGLang's default for the GPU and model."""
-    given = sc.options.attention_backend
-    return given or sglang_attention.default_backend(sc.system.gpu.name, sc.model.mla is not None)
-
-
 def _kernel(sc: Scenario) -> tuple[str, str]:
     """Return the decode and prefill kernel kinds of the method (cpu_rate / ktransformers)."""
     m = method(sc)
@@ -399,9 +393,8 @@ def predict(sc: Scenario) -> Prediction:
         kv.attention_layer_token_bytes(sc.setup.cache_model, sc.setup.kv)
     )
     attn_per_token = lay.attn_flops[pos_class]
-    # the Triton kernel walks each layer's cache in tiles, one after another (layers with a cache)
-    walk = attention_backend(sc) == "triton"
-    mla, cached = sc.model.mla is not None, kvb > 0
+    # the Triton kernel walks each layer's cache in tiles, one after another (None: the bytes)
+    walk = sglang_attention.walk(sglang_attention.backend(sc), sc.model.mla is not None)
     moe = p["gpu_expert_bytes"] > 0
     # each MoE layer's two host callbacks (submit, sync): the stream waits a CPU round trip on
     # each; the submit's delays the CPU's start, the sync's the GPU after it
@@ -421,10 +414,8 @@ def predict(sc: Scenario) -> Prediction:
     def per_token(_point: np.ndarray, context: np.ndarray) -> np.ndarray:
         held = np.minimum(np.asarray(context, dtype=np.float64)[..., None], window)
         attend = batch * held * kvb / att_bw
-        if walk:
-            attend = np.maximum(
-                attend, np.where(cached, sglang_attention.triton_walk_s(held, mla), 0)
-            )
+        if walk is not None:  # a layer with no cache holds no tokens: no tiles
+            attend = np.maximum(attend, walk.seconds(held))
         before = np.maximum(
             w_before / hbm + attend, (f_gpu + batch * held * attn_per_token) / system.compute_rate
         )
@@ -464,7 +455,7 @@ def predict(sc: Scenario) -> Prediction:
             "gpu_experts_per_layer": g,
             "kt_max_deferred_experts_per_token": deferred(sc),
             "chunked_prefill_size": chunk_size(sc),
-            "attention_backend": attention_backend(sc),
+            "attention_backend": sglang_attention.backend(sc),
         },
         f"SGLang with kt-kernel: {g:g} of {n} experts a layer on the GPU, the rest on the CPU "
         f"({method(sc)}, {threads(sc)} threads in {pools(sc)} pools), attention and the rest on "
