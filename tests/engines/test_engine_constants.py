@@ -9,6 +9,7 @@ from kvoffload.engines import prefix_cache
 from kvoffload.engines.each import flexgen, llamacpp, vllm
 from kvoffload.engines.scenario import parse_scenario, predict
 from kvoffload.inputs import catalog
+from kvoffload.inputs.units import Dim, parse_quantity
 from kvoffload.model import decode
 
 CONSTANTS = catalog.load("engine_constants")
@@ -306,7 +307,8 @@ def _kt(context: int) -> dict:
 def test_sglang_triton_tile_time_is_re_derived_from_pr_21775():
     """The least-squares slope of ms per token against the tiles each program walks (8 splits
     of the cache in 32-token tiles) times the layers; the walk, not the bytes, sets it: the same
-    table's FlashInfer column reads the cache at over 2 TB/s."""
+    cache bytes cost the Triton column more than the FlashInfer one, which reads them within the
+    H100's memory bandwidth (the catalog's h100-sxm)."""
     from kvoffload.engines import sglang_attention
 
     entry = CONSTANTS["sglang"]["triton_decode_tile_us"]
@@ -321,4 +323,8 @@ def test_sglang_triton_tile_time_is_re_derived_from_pr_21775():
     model = catalog.load(f"models/{src['model']}")["config"]
     kv_bytes = src["layers"] * model["num_key_value_heads"] * model["head_dim"] * 2 * 2
     flash = np.polyfit(tokens, 1 / np.array(src["tokens_per_s_flashinfer"]), 1)[0]
-    assert kv_bytes / flash > 2e12
+    old = np.polyfit(tokens, 1 / np.array(src["tokens_per_s_old_triton"]), 1)[0]
+    spec = parse_quantity(
+        catalog.load("hardware/gpus")["h100-sxm"]["memory_bandwidth"]["value"], Dim.BANDWIDTH
+    )
+    assert kv_bytes / old < kv_bytes / flash <= spec
