@@ -84,8 +84,8 @@ def _print_growth(grown) -> None:
     print()
     print(
         f"== decode's growth with context: each row over its configuration's shortest prompt "
-        f"(target: predicted within {cg.TARGET:.0%} of measured; a growth under "
-        f"{cg.MIN_SHARE:.0%} of the step is within the rates' rounding, not judged)"
+        f"(target: predicted within {cg.TARGET:.0%} of measured; not judged where the "
+        f"figures' rounding alone could move the growth by {cg.TARGET:.0%})"
     )
     for g in grown:
         pred = "refused" if g.predicted_ms is None else f"{g.predicted_ms:+.3g} ms"

@@ -216,10 +216,9 @@ class GrowthFindings:
 
     frame: pd.DataFrame  # row, its base, table, prompts, growth measured and predicted, verdict
     count: int
-    judged: int  # growths above the rates' rounding
+    judged: int  # growths the published figures' rounding cannot move by the target
     within: int  # judged growths within the target
     target_pct: float
-    min_share_pct: float
 
 
 def growth_findings(results: list[validation.Result]) -> GrowthFindings:
@@ -249,7 +248,6 @@ def growth_findings(results: list[validation.Result]) -> GrowthFindings:
         judged=len(judged),
         within=sum(bool(g.within) for g in judged),
         target_pct=100 * context_growth.TARGET,
-        min_share_pct=100 * context_growth.MIN_SHARE,
     )
 
 
