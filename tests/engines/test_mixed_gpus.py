@@ -57,7 +57,7 @@ def test_a_gpu_alone_runs_at_its_own_rates():
 
 def test_each_gpu_is_held_to_its_own_memory():
     # 24 GB on the 4090: a 70B at q4_k_m (~42 GB) all on it overflows it, not the 5090's 32 GB
-    raw = {**_raw(MIXED, split_mode="none"), "model": "llama-3.1-70b"}
+    raw = {**_raw(MIXED, split_mode="none", fit=False), "model": "llama-3.1-70b"}
     raw["precision"] = {"weights": "q4_k_m", "kv": "fp16"}
     sc = parse_scenario(raw)
     short = shortfalls(sc.system, predict(sc, check=False).memory)

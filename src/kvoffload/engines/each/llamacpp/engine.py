@@ -75,7 +75,7 @@ def _as_run(sc: Scenario) -> Scenario:
     """Return the scenario as the engine runs it: the placement ``--fit`` picks where none is
     given; under ``-ser`` its tokens use fewer experts; under ik_llama.cpp's ``-mla 0`` or ``1``
     an MLA model caches more than the latent."""
-    sc = fit.fitted(sc, lambda probe: float(_held(_as_run(probe)).memory.gpu))
+    sc = fit.fitted(sc, lambda probe: _gpu_bytes_each(_held(_as_run(probe))))
     model = sc.model
     moe = model.moe
     if moe is not None and sc.options.ser:
@@ -89,6 +89,11 @@ def _as_run(sc: Scenario) -> Scenario:
     if model is sc.model:
         return sc
     return replace(sc, model=model, setup=replace(sc.setup, model=model))
+
+
+def _gpu_bytes_each(held: _Held) -> tuple[float, ...]:
+    """Return each GPU's weights and KV (one GPU: all of them)."""
+    return held.gpu_each or (held.w_gpu + held.kv_gpu,)
 
 
 def _held(sc: Scenario) -> _Held:
@@ -214,8 +219,12 @@ def predict(sc: Scenario) -> Prediction:
             "no_kv_offload": o.no_kv_offload,
             "n_cpu_moe": o.n_cpu_moe,
             # --fit's choice where it set the placement (none given and all on the GPU too big)
-            "fit": {"n_gpu_layers": o.n_gpu_layers, "n_cpu_moe": o.n_cpu_moe}
-            if fit.applies(given) and (o.n_gpu_layers is not None or o.n_cpu_moe)
+            "fit": {
+                "n_gpu_layers": o.n_gpu_layers,
+                "tensor_split": list(o.tensor_split),
+                "override_tensor": list(o.override_tensor),
+            }
+            if fit.applies(given) and o.n_gpu_layers is not None
             else None,
             "layers_per_gpu": layers_per_gpu(sc),  # the output layer counts, as in -ngl
             "split_mode": o.split_mode,

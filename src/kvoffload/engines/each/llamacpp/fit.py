@@ -1,37 +1,68 @@
 """llama.cpp's ``--fit`` (on by default): the placement it picks when the user gives none.
 
-``llama_params_fit`` (ggml-org/llama.cpp src/llama.cpp, ``llama_params_fit_impl``, read in a
-2026 copy; merged in pull request #16653; ``-fit on|off``, default on: ``bool fit_params =
-true`` in common/common.h) runs before the model loads and changes only what the user left
-unset. It gives up ("abort") where ``-ngl`` or a tensor override (``-ot``, ``--n-cpu-moe``,
-``--cpu-moe``) is given, or for ``--split-mode row``. On one GPU, with a target of the GPU's
-free memory less ``--fit-target`` (1,024 MiB):
+``common_params_fit_impl`` (ggml-org/llama.cpp common/fit.cpp at
+6d0892ba065b38ee790b825fdc8fb8e2c453e6dd; before it ``llama_params_fit_impl`` in src/llama.cpp,
+the same steps; merged in pull request #16653; ``-fit on|off``, default on) runs before the
+model loads and changes only what the user left unset. It gives up ("abort") where ``-ngl``,
+``--tensor-split`` or a tensor override (``-ot``, ``--n-cpu-moe``, ``--cpu-moe``) is given, and
+for ``--split-mode row`` and ``tensor``. Each device's target is its free memory less
+``--fit-target`` (1,024 MiB); the devices are the profile's GPUs (``--split-mode none``: the
+main GPU alone). Layer positions run 0 to ``n_layer``, the last the output layer.
 
-1. the default placement, everything on the GPU, stays if it fits the target;
+1. the default placement stays if every device meets its target;
 2. (the context is shrunk only where the user set none; a scenario always sets it);
-3. a MoE model whose dense tensors fit with every expert in host memory takes the experts of its
-   first ``n_layer + 1 - full`` layers to the host, ``full = (target - dense) // per_layer +
-   n_dense_lead + 1``, ``per_layer`` the full placement's bytes over the dense one's shared
-   among the expert layers (the same as ``--n-cpu-moe``);
-4. otherwise (a dense model, or one whose dense part does not fit) ``-ngl`` is the layers that
-   fit: ``(target - base) // per_layer`` from the bytes of 1 and of every layer on the GPU.
+3. devices are filled back to front, the last first, each with as many of the unassigned
+   layers as fit, found by false position between a bound that fits and one that does not.
+   For a MoE model these are "dense-only" layers, their routed experts in host memory
+   (``ffn_(up|down|gate_up|gate)_(ch|)exps`` to the CPU), all but the first layer of the last
+   device; a dense model's are whole layers. The layers no device takes stay on the CPU;
+4. a MoE model whose dense part fits in all (every expert in host memory, the sum of the
+   devices' surpluses above zero) then turns dense-only layers into whole ones, front to
+   back: each device in turn takes whole layers from the dense-only ones while it fits, then
+   tries part of one more: that layer's ``up`` experts kept on the device and the rest of its
+   FFN overflowing (to the next device, or the CPU on the last), then ``up`` and ``gate``
+   kept; failing ``up``, its attention alone.
 
-The bytes are the engine's own (engine.memory): weights and KV on the GPU. Several GPUs (its
-layer-per-device search) are not modelled: the placement stays as given. ik_llama.cpp's own
-``--fit`` is not modelled either.
+The result is ``-ngl``, each device's layer count as ``--tensor-split`` (several devices) and
+the tensor overrides, as the engine then runs them. Every probe's bytes are the engine's own
+(engine.memory): weights and KV on each GPU, no compute buffers. ik_llama.cpp's own ``--fit``
+is not modelled.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 import msgspec
 
-from kvoffload.inputs.models import Model
 from kvoffload.model.prediction import Scenario
 
 MARGIN_MIB = 1024  # --fit-target's default: MiB left free on each device
+
+# common_layer_fraction_t: which of a partial layer's tensors leave the device
+ATTN, UP, GATE, MOE = "attn", "up", "gate", "moe"
+_OVERFLOW = {  # get_overflow_pattern: the tensors of layer {il} that go elsewhere
+    ATTN: r"ffn_(gate|up|gate_up|down).*",  # attention stays
+    UP: r"ffn_(gate|gate_up|down).*",  # attention and up stay
+    GATE: r"ffn_down.*",  # attention, up and gate stay
+    MOE: r"ffn_(up|down|gate_up|gate)_(ch|)exps",  # everything but the routed experts stays
+}
+MOE_ALL = r"blk\.\d+\.ffn_(up|down|gate_up|gate)_(ch|)exps"  # every routed-expert tensor
+
+
+@dataclass(frozen=True)
+class Layers:
+    """One device's share: ``n_layer`` positions, the last ``n_part`` of them partial."""
+
+    n_layer: int = 0
+    n_part: int = 0
+    overflow: str = MOE  # what the first partial layer sends elsewhere
+
+    @property
+    def n_full(self) -> int:
+        """Return the device's whole layers."""
+        return self.n_layer - self.n_part
 
 
 def applies(sc: Scenario) -> bool:
@@ -44,9 +75,16 @@ def applies(sc: Scenario) -> bool:
         and not o.override_tensor
         and not o.n_cpu_moe
         and not o.cpu_moe
-        and o.split_mode != "row"
-        and sc.system.n_gpus == 1
+        and not any(o.tensor_split)
+        and o.split_mode not in ("row", "tensor")
     )
+
+
+def devices(sc: Scenario) -> list[int]:
+    """Return the GPUs the fit fills, in device order: all, or ``main_gpu`` under ``-sm none``."""
+    if sc.options.split_mode == "none":
+        return [sc.options.main_gpu]
+    return list(range(sc.system.n_gpus))
 
 
 def _with(sc: Scenario, **changes: object) -> Scenario:
@@ -54,31 +92,175 @@ def _with(sc: Scenario, **changes: object) -> Scenario:
     return replace(sc, options=msgspec.structs.replace(sc.options, fit=False, **changes))
 
 
-def dense_lead(model: Model) -> int:
-    """Return the layers before the first that holds routed experts (``n_layer_dense_lead``)."""
-    moe = {t.layer for t in model.tensors() if t.layer is not None and t.role.startswith("exp_")}
-    return min(moe) if moe else model.n_layers
+def placement_options(
+    shares: Sequence[Layers], overflow_to: Sequence[str], n_layers: int
+) -> dict[str, object]:
+    """Return the options ``set_ngl_tensor_split_tbo`` writes for the devices' shares:
+    ``n_gpu_layers``, ``tensor_split`` (several devices) and ``override_tensor`` rules.
+
+    ``overflow_to[i]``: where device ``i``'s first partial layer sends its overflow (``CPU`` or
+    ``CUDA<n>``); every later partial layer sends its routed experts to the CPU. The experts
+    rules of consecutive partial layers are joined in one alternation (the layers are
+    disjoint, so the first match is the same).
+    """
+    ngl = sum(s.n_layer for s in shares)
+    il0 = n_layers + 1 - ngl
+    first: list[str] = []
+    experts: list[int] = []
+    for share, to in zip(shares, overflow_to, strict=True):
+        il0 += share.n_full
+        for il in range(il0, il0 + share.n_part):
+            if il == il0 and (share.overflow != MOE or to != "CPU"):
+                first.append(rf"blk\.{il}\.{_OVERFLOW[share.overflow]}={to}")
+            elif il < n_layers:  # the output layer's position has no blk.N tensors
+                experts.append(il)
+        il0 += share.n_part
+    rules = list(first)
+    if experts:
+        rules.append(rf"blk\.({'|'.join(map(str, experts))})\.{_OVERFLOW[MOE]}=CPU")
+    out: dict[str, object] = {"n_gpu_layers": ngl, "override_tensor": tuple(rules)}
+    if len(shares) > 1:
+        out["tensor_split"] = tuple(float(s.n_layer) for s in shares)
+    return out
 
 
-def fitted(sc: Scenario, gpu_bytes: Callable[[Scenario], float]) -> Scenario:
+def fitted(sc: Scenario, gpu_bytes: Callable[[Scenario], Sequence[float]]) -> Scenario:
     """Return the scenario with the placement ``--fit`` picks (the same where it picks none);
-    ``gpu_bytes``: the GPU bytes the engine holds for a scenario with its placement set."""
+    ``gpu_bytes``: each GPU's bytes the engine holds for a scenario with its placement set."""
     if not applies(sc):
         return sc
-    target = sc.system.gpu_memory - sc.options.fit_target * 2**20
-    full = gpu_bytes(_with(sc))
-    if full <= target:
+    ids = devices(sc)
+    nd, n = len(ids), sc.model.n_layers
+    margin = sc.options.fit_target * 2**20
+    targets = [sc.system.devices[i].memory.value - margin for i in ids]
+
+    def used(probe: Scenario) -> list[float]:
+        every = gpu_bytes(probe)
+        return [float(every[i]) for i in ids]
+
+    full = used(_with(sc))
+    if all(u <= t for u, t in zip(full, targets, strict=True)):
         return _with(sc)
-    n = sc.model.n_layers
-    if sc.model.moe is not None:
-        dense = gpu_bytes(_with(sc, cpu_moe=True))
-        if dense <= target:
-            lead = dense_lead(sc.model)
-            per_layer = (full - dense) // max(n - lead, 1)
-            full_layers = int((target - dense) // per_layer) + lead + 1
-            return _with(sc, n_cpu_moe=max(0, min(n, n + 1 - full_layers)))
-    one = gpu_bytes(_with(sc, n_gpu_layers=1))
-    every = gpu_bytes(_with(sc, n_gpu_layers=n))
-    per_layer = (every - one) / max(n - 1, 1)
-    ngl = int((target - (one - per_layer)) // per_layer)
-    return _with(sc, n_gpu_layers=max(0, min(n + 1, ngl)))
+    moe = sc.model.moe is not None
+
+    def set_up(shares: Sequence[Layers], to: Sequence[str]) -> Scenario:
+        options = placement_options(shares, to, n)
+        if nd == 1:
+            options.pop("tensor_split", None)
+        return _with(sc, **options)
+
+    def mem(shares: Sequence[Layers], to: Sequence[str]) -> list[float]:
+        return used(set_up(shares, to))
+
+    surplus = 0.0
+    if moe:
+        dense = used(_with(sc, override_tensor=(f"{MOE_ALL}=CPU",)))
+        surplus = sum(
+            sc.system.devices[i].memory.value - d - margin for i, d in zip(ids, dense, strict=True)
+        )
+    to = ["CPU"] * nd
+    shares = [Layers()] * nd
+    now = mem(shares, to)
+
+    def step(delta: int, target: float, low: float, high: float) -> int:
+        """Return false position's next step: the linear guess, at least 1, below delta."""
+        guess = int(delta * (target - low) // (high - low)) if high > low else 1
+        return min(max(guess, 1), delta - 1)
+
+    # step 3: dense-only (or whole, for a dense model) layers, back to front
+    for d in range(nd - 1, -1, -1):
+        unassigned = n + 1 - sum(s.n_layer for s in shares[d + 1 :])
+        part = (unassigned if d < nd - 1 else unassigned - 1) if moe else 0
+        high = [*shares]
+        high[d] = replace(shares[d], n_layer=unassigned, n_part=part)
+        if unassigned <= 0:
+            continue
+        mem_high = mem(high, to)
+        if mem_high[d] <= targets[d]:
+            shares, now = high, mem_high
+            continue
+        delta = high[d].n_layer - shares[d].n_layer
+        while delta > 1:
+            k = step(delta, targets[d], now[d], mem_high[d])
+            test = [*shares]
+            s = shares[d]
+            grow = (k - 1 if d == nd - 1 and s.n_part == 0 else k) if moe else 0
+            test[d] = replace(s, n_layer=s.n_layer + k, n_part=s.n_part + grow)
+            mem_test = mem(test, to)
+            if mem_test[d] <= targets[d]:
+                shares, now = test, mem_test
+            else:
+                high, mem_high = test, mem_test
+            delta = high[d].n_layer - shares[d].n_layer
+    if not moe or surplus <= 0:
+        return set_up(shares, to)
+
+    # step 4: dense-only layers turned whole, front to back
+    start = nd
+    for d in range(nd - 1, -1, -1):
+        if shares[d].n_layer > 0:
+            start = d
+            continue
+        break
+    d = 0
+    while start < nd and d <= start:
+        high = [*shares]
+        for j in range(start, nd):
+            move = high[j].n_layer if j < nd - 1 else high[j].n_layer - 1
+            high[d] = replace(high[d], n_layer=high[d].n_layer + move)
+            high[j] = replace(high[j], n_layer=high[j].n_layer - move, n_part=0)
+        start_high = nd - 1
+        mem_high = mem(high, to)
+        if mem_high[d] > targets[d]:
+            delta = high[d].n_full - shares[d].n_full
+            while delta > 1:
+                k = step(delta, targets[d], now[d], mem_high[d])
+                test, start_test, done = [*shares], start, 0
+                while start_test < nd:
+                    c = min(k - done, test[start_test].n_part)
+                    src = test[start_test]
+                    test[start_test] = replace(src, n_layer=src.n_layer - c, n_part=src.n_part - c)
+                    test[d] = replace(test[d], n_layer=test[d].n_layer + c)
+                    done += c
+                    if test[start_test].n_part > 0:
+                        break
+                    start_test += 1
+                mem_test = mem(test, to)
+                if mem_test[d] <= targets[d]:
+                    shares, now, start = test, mem_test, start_test
+                else:
+                    high, mem_high, start_high = test, mem_test, start_test
+                delta = high[d].n_full - shares[d].n_full
+        else:
+            shares, now, start = high, mem_high, start_high
+        # part of one more layer, its overflow to the next device (or the CPU on the last)
+        if start < nd and shares[start].n_layer > (0 if d < nd - 1 else 1):
+            test, start_test = [*shares], start
+            src = test[start_test]
+            test[start_test] = replace(src, n_layer=src.n_layer - 1, n_part=src.n_part - 1)
+            t = test[d]
+            test[d] = replace(t, n_layer=t.n_layer + 1, n_part=t.n_part + 1, overflow=UP)
+            if test[start_test].n_part == 0:
+                start_test += 1
+            to_test = [*to]
+            if d < nd - 1:
+                to_test[d] = f"CUDA{ids[d + 1]}"
+
+            def fits(m: list[float], d: int = d) -> bool:
+                return m[d] < targets[d] and (d + 1 == nd or m[d + 1] < targets[d + 1])
+
+            mem_test = mem(test, to_test)
+            if fits(mem_test):
+                shares, to, now, start = test, to_test, mem_test, start_test
+                test = [*test]
+                test[d] = replace(test[d], overflow=GATE)
+                mem_test = mem(test, to_test)
+                if fits(mem_test):
+                    shares, now = test, mem_test
+            else:
+                test[d] = replace(test[d], overflow=ATTN)
+                mem_test = mem(test, to_test)
+                if fits(mem_test):
+                    shares, to, now, start = test, to_test, mem_test, start_test
+        d += 1
+    return set_up(shares, to)

@@ -109,7 +109,7 @@ class Options(Strict):
     kv_unified: bool = False
     swa_full: bool = False
     # -fit on|off (default on) and --fit-target MiB: with no -ngl, -ot or --n-cpu-moe given,
-    # the placement llama_params_fit picks on one GPU (fit.py)
+    # the placement common_params_fit picks over the GPUs (fit.py)
     fit: Literal["on", "off"] | bool = True
     fit_target: Annotated[int, Meta(ge=0, le=1 << 20)] = 1024
     # -fa: flash attention; auto (llama.cpp's default) is on wherever the CUDA backend has its
