@@ -39,38 +39,78 @@ _FUSED = (
 _INTO = {member: group[0] for group in _FUSED for member in group}
 
 
+# vLLM's module path of each (fused) GGUF base name in a decoder layer, for offload_params and
+# cpu_offload_params segment matches (Llama, Qwen, DeepSeek and Mixtral-style model files)
+_VLLM_NAMES = {
+    "attn_q": "self_attn.qkv_proj",
+    "attn_output": "self_attn.o_proj",
+    "attn_q_a": "self_attn.q_a_proj",
+    "attn_q_b": "self_attn.q_b_proj",
+    "attn_kv_a_mqa": "self_attn.kv_a_proj_with_mqa",
+    "attn_kv_b": "self_attn.kv_b_proj",
+    "attn_sinks": "self_attn.sinks",
+    "attn_norm": "input_layernorm",
+    "ffn_gate": "mlp.gate_up_proj",
+    "ffn_down": "mlp.down_proj",
+    "ffn_gate_exps": "mlp.experts.w13",
+    "ffn_down_exps": "mlp.experts.w2",
+    "ffn_gate_inp": "mlp.gate",
+    "ffn_gate_shexp": "mlp.shared_experts.gate_up_proj",
+    "ffn_down_shexp": "mlp.shared_experts.down_proj",
+    "ffn_gate_inp_shexp": "mlp.shared_expert_gate",
+}
+_EXPERTS = ("ffn_gate_exps", "ffn_down_exps")  # a FusedMoE's parameters: w13_weight, w2_bias
+
+
+def vllm_name(base: str, suffix: str) -> str:
+    """Return vLLM's dotted parameter name for a (fused) GGUF base name and suffix."""
+    path = _VLLM_NAMES.get(base) or (
+        f"self_attn.{base}" if base.startswith(("attn", "ssm")) else f"mlp.{base}"
+    )
+    return f"{path}_{suffix}" if base in _EXPERTS else f"{path}.{suffix}"
+
+
 @cache
-def layer_parameters(model: Model, fmt: WeightFormat) -> tuple[tuple[float, ...], ...]:
-    """Return each decoder layer's parameter bytes in vLLM's order (the whole model's: one GPU)."""
+def layer_parameters(model: Model, fmt: WeightFormat) -> tuple[tuple[tuple[str, float], ...], ...]:
+    """Return each decoder layer's (vLLM name, bytes) parameters in vLLM's order (one GPU: all)."""
     table = tensor_groups.tensor_table(model, fmt)
     layers: list[dict[str, float]] = [{} for _ in range(model.n_layers)]
     for name, pos, nbytes in zip(table.names, table.position, table.nbytes, strict=True):
         if not 0 <= pos < model.n_layers:
             continue
         parts = name.split(".")  # blk.N.base.weight (or .bias)
-        key = f"{_INTO.get(parts[2], parts[2])}.{parts[-1]}"
+        key = vllm_name(_INTO.get(parts[2], parts[2]), parts[-1])
         layer = layers[int(pos)]
         layer[key] = layer.get(key, 0.0) + float(nbytes)
-    return tuple(tuple(layer.values()) for layer in layers)
+    return tuple(tuple(layer.items()) for layer in layers)
 
 
 @cache
-def _sizes(model: Model, fmt: WeightFormat) -> np.ndarray:
-    sizes = np.array([b for layer in layer_parameters(model, fmt) for b in layer], dtype=np.float64)
+def _sizes(model: Model, fmt: WeightFormat, segments: tuple[str, ...] = ()) -> np.ndarray:
+    sizes = np.array(
+        [
+            b if not segments or any(f".{p}." in f".{n}." for p in segments) else 0.0
+            for layer in layer_parameters(model, fmt)
+            for n, b in layer
+        ],
+        dtype=np.float64,
+    )
     sizes.flags.writeable = False
     return sizes
 
 
 def parameter_bytes(sc: Scenario) -> np.ndarray:
-    """Return the bytes of each decoder-layer parameter one GPU holds, in vLLM's offload order."""
-    return _sizes(sc.model, sc.setup.weights) / sc.system.gpu.count
+    """Return the bytes of each decoder-layer parameter one GPU holds, in vLLM's offload order
+    (zero for one ``cpu_offload_params`` does not name: never offloaded)."""
+    segments = tuple(sc.options.cpu_offload_params)
+    return _sizes(sc.model, sc.setup.weights, segments) / sc.system.gpu.count
 
 
 def offload(sc: Scenario, budget_bytes: float, *, pinned: bool) -> tuple[float, float]:
     """Return (bytes offloaded, host bytes they take) on one GPU for a budget of ``budget_bytes``."""
     sizes = parameter_bytes(sc)
     before = np.cumsum(sizes) - sizes
-    moved = sizes[(before < budget_bytes) & (budget_bytes > 0)]
+    moved = sizes[(before < budget_bytes) & (budget_bytes > 0) & (sizes > 0)]
     if not pinned:
         return float(moved.sum()), float(moved.sum())
     rounded = np.where(moved > 0, 2.0 ** np.ceil(np.log2(np.maximum(moved, 1.0))), 0.0)

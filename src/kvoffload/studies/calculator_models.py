@@ -64,7 +64,7 @@ def _vllm_params(model: Model, fmt: WeightFormat, order: tuple[int, ...]) -> lis
     out: list[list] = [[] for _ in range(max(order) + 1)]
     for position, cls in enumerate(order[: model.n_layers]):
         if not out[cls]:
-            out[cls] = _numbers(np.asarray(per_layer[position]))
+            out[cls] = _numbers(np.asarray([b for _, b in per_layer[position]]))
     return out
 
 

@@ -64,6 +64,7 @@ import numpy as np
 from msgspec import Meta
 
 from kvoffload.engines import prefix_cache
+from kvoffload.engines import vllm_prefetch_offload as prefetch
 from kvoffload.engines import vllm_weight_offload as vllm_offload
 from kvoffload.engines.prefix_cache import BlockTokens
 from kvoffload.engines.spec import CacheRule, EngineSpec, PrefixCache
@@ -83,6 +84,11 @@ MAX_HOST_GIB = MAX_PARAMS * 4 // GiB
 
 
 HostGib = Annotated[float, Meta(ge=0.0, le=MAX_HOST_GIB)]
+# parameter-name segments (vLLM's --cpu-offload-params / --offload-params), a few short names
+ParamSegments = Annotated[
+    tuple[Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.]+$")], ...],
+    Meta(max_length=64),
+]
 
 
 class Options(Strict):
@@ -118,6 +124,48 @@ class Options(Strict):
     max_num_seqs: Annotated[int, Meta(ge=1, le=1 << 20)] | None = None
     tensor_parallel_size: Annotated[int, Meta(ge=1, le=64)] | None = None
     enforce_eager: bool = False
+    # weight offloading's backend (vllm/config/offload.py): auto takes prefetch where
+    # offload_group_size > 0, else UVA (cpu_offload_gb); each ignores the other's options
+    offload_backend: Literal["auto", "uva", "prefetch"] = "auto"
+    # UVA: only parameters whose dotted names hold one of these segments ("experts",
+    # "experts.w2_weight"; vllm_weight_offload.vllm_name); empty: any, in order
+    cpu_offload_params: ParamSegments = ()
+    # prefetch (engines/vllm_prefetch_offload.py): the last offload_num_in_group of every
+    # offload_group_size decoder layers in host memory, each copied offload_prefetch_step
+    # offloaded layers ahead; offload_params: only their parameters with these segments
+    offload_group_size: Annotated[int, Meta(ge=0, le=1 << 16)] = 0
+    offload_num_in_group: Annotated[int, Meta(ge=1, le=1 << 16)] = 1
+    offload_prefetch_step: Annotated[int, Meta(ge=0, le=1 << 16)] = 1
+    offload_params: ParamSegments = ()
+
+
+def prefetch_active(o: Options) -> bool:
+    """Return whether vLLM runs the prefetch offloader: chosen, or by auto with a group size."""
+    return o.offload_backend == "prefetch" or (
+        o.offload_backend == "auto" and o.offload_group_size > 0
+    )
+
+
+def uva_budget(o: Options) -> float:
+    """Return the bytes per GPU UVA offloads: ``cpu_offload_gb``, unless prefetch runs instead."""
+    return 0.0 if prefetch_active(o) else o.cpu_offload_gb * GiB
+
+
+def refuse_offload(o: Options) -> None:
+    """Refuse what OffloadConfig's validator refuses for the prefetch offloader."""
+    if not prefetch_active(o):
+        return
+    if o.offload_num_in_group > o.offload_group_size:
+        raise InputError(
+            f"options.offload_num_in_group ({o.offload_num_in_group}) must be <= "
+            f"offload_group_size ({o.offload_group_size}), as vLLM's OffloadConfig requires",
+            field="options.offload_num_in_group",
+        )
+    if o.offload_prefetch_step < 1:
+        raise InputError(
+            "options.offload_prefetch_step must be >= 1 when prefetch offloading is enabled",
+            field="options.offload_prefetch_step",
+        )
 
 
 def refuse_serving(sc: Scenario) -> None:
@@ -201,10 +249,11 @@ def kv_heads_per_gpu(model: Model, tp: int) -> int:
 def _setup(sc: Scenario) -> tuple[decode.Setup, float, int]:
     """Return the setup vLLM runs (weights streamed by UVA), the offloaded share, KV heads per GPU."""
     o, model, tp = sc.options, sc.model, sc.system.gpu.count
+    refuse_offload(o)
     heads = kv_heads_per_gpu(model, tp)
     weights = decode.step_weight_bytes(model, sc.setup.weights)
     # the decoder-layer parameters the budget takes, whole (vllm_offload), of each GPU's 1/tp
-    moved, _ = vllm_offload.offload(sc, o.cpu_offload_gb * GiB, pinned=sc.pinned_or(True))
+    moved, _ = vllm_offload.offload(sc, uva_budget(o), pinned=sc.pinned_or(True))
     off = min(moved / (weights / tp), 1.0)
     # UVA: kernels read the offloaded weights over the link as they run, so nothing overlaps
     placement = decode.Placement(
@@ -296,9 +345,14 @@ def _memory(sc: Scenario, mem: decode.Memory) -> decode.Memory:
         mem = replace(mem, gpu=mem.gpu + (tp - 1) * latent)
     host, disk = _host_cache_bytes(o, tp)
     # pinned offloaded parameters take their size rounded up to a power of two (vllm_offload)
-    moved, held = vllm_offload.offload(sc, o.cpu_offload_gb * GiB, pinned=sc.pinned_or(True))
+    moved, held = vllm_offload.offload(sc, uva_budget(o), pinned=sc.pinned_or(True))
+    gpu = mem.gpu
+    if prefetch_active(o):  # its layers' parameters pinned on the host, its slots on the GPU
+        off, pinned = prefetch.host_bytes(sc, pinned=sc.pinned_or(True))
+        gpu = gpu - (off - prefetch.buffer_bytes(sc)) * tp
+        mem = replace(mem, cpu=mem.cpu + pinned * tp)
     return decode.Memory(
-        gpu=mem.gpu + (1 - o.gpu_memory_utilization) * sc.system.gpu_memory,
+        gpu=gpu + (1 - o.gpu_memory_utilization) * sc.system.gpu_memory,
         cpu=mem.cpu + host + (held - moved) * tp,
         disk=mem.disk + disk,
         staging=mem.staging,
@@ -318,6 +372,8 @@ def predict(sc: Scenario) -> Prediction:
     if tp > 1:
         pred = _tensor_parallel(sc, setup, pred, tp)
     pred = replace(pred, ttft_s=pred.ttft_s + _chunk_reads_s(sc, setup))
+    if prefetch_active(o):
+        pred = _prefetch(sc, setup, pred, tp)
     prompt_kv = float(kv.batch_bytes(setup.cache_model, sc.prompt, sc.batch, sc.setup.kv))
     if model.mla:
         prompt_kv *= tp
@@ -339,12 +395,56 @@ def predict(sc: Scenario) -> Prediction:
             "tensor_parallel_size": tp,
             "kv_heads_per_gpu": heads,
             "max_num_batched_tokens": batched_tokens(sc),
+            "offload_backend": "prefetch" if prefetch_active(o) else "uva",
+            "prefetch_layers": np.flatnonzero(prefetch.plan(sc)[0]).tolist()
+            if prefetch_active(o)
+            else [],
         },
-        policy=f"{off:.0%} of the weights streamed from {'pinned' if placement.pinned else 'pageable'} host memory every step; prefix cache {o.kv_offloading_size:g} GiB"
+        policy=(
+            f"{np.count_nonzero(prefetch.plan(sc)[0])} layers copied from host memory "
+            f"{o.offload_prefetch_step} offloaded layer(s) ahead every pass"
+            if prefetch_active(o)
+            else f"{off:.0%} of the weights streamed from {'pinned' if placement.pinned else 'pageable'} host memory every step"
+        )
+        + f"; prefix cache {o.kv_offloading_size:g} GiB"
         # the deprecated prefix_hit_rate's share; a reuse: block says its own hit (prefix_cache)
         + (f", {hit:.0%} of the prompt reloaded instead of recomputed" if o.prefix_hit_rate else "")
         + (f"; tensor parallel over {tp} GPUs, two all-reduces per layer" if tp > 1 else ""),
     )
+
+
+def _prefetch(sc: Scenario, setup: decode.Setup, pred: Prediction, tp: int) -> Prediction:
+    """Return the prediction with the prefetch offloader's copies in every forward pass: each
+    decode step one pass, each prefill chunk one (vllm_prefetch_offload)."""
+    system, model, o = sc.system, sc.model, sc.options
+    lay = decode.layers(model, setup.weights)
+    order = np.array(lay.order[: model.n_layers])
+    head = len(lay.count) - 1
+    _, moved = prefetch.plan(sc)
+    copy_s = np.where(
+        moved > 0,
+        link_time(system, moved, "h2d", transfers=prefetch.copies(sc), pinned=sc.pinned_or(True)),
+        0.0,
+    )
+    hidden = sc.batch * model.hidden * (4 if setup.weights is WeightFormat.FP32 else 2)
+    comm = 2 * all_reduce_time(system, hidden, tp) if tp > 1 else 0.0
+    tail = gather_time(system, sc.batch * model.vocab * 2, tp) if tp > 1 else 0.0
+
+    def per_token(_point: np.ndarray, context: np.ndarray) -> np.ndarray:
+        gpu = decode.stream_times(setup, context, sc.batch)["gpu"] / tp
+        layer_s = gpu[..., order] + comm
+        step = prefetch.pass_seconds(layer_s, copy_s, o.offload_prefetch_step)
+        return np.stack([step + gpu[..., head] + tail, gpu @ lay.count])
+
+    step, gpu_s = decode.token_mean(per_token, sc.prompt, sc.generate, lay.window)
+    # prefill: each chunk's pass, its compute shared evenly among the layers, the same copies
+    chunks = -(-sc.prompt * sc.batch // batched_tokens(sc))
+    per_chunk = np.full(model.n_layers, pred.ttft_s / chunks / model.n_layers)
+    ttft = chunks * float(prefetch.pass_seconds(per_chunk, copy_s, o.offload_prefetch_step))
+    streams = dict(pred.streams_s)
+    streams["gpu"] = float(gpu_s)
+    streams["h2d"] = float(copy_s.sum())
+    return replace(pred, tpot_s=float(step), ttft_s=ttft, streams_s=streams)
 
 
 def _tensor_parallel(sc: Scenario, setup: decode.Setup, pred: Prediction, tp: int) -> Prediction:
