@@ -63,8 +63,8 @@ from typing import Annotated, Literal
 import numpy as np
 from msgspec import Meta
 
+from kvoffload.engines import prefetch_offload as prefetch
 from kvoffload.engines import prefix_cache
-from kvoffload.engines import vllm_prefetch_offload as prefetch
 from kvoffload.engines import vllm_weight_offload as vllm_offload
 from kvoffload.engines.prefix_cache import BlockTokens
 from kvoffload.engines.spec import CacheRule, EngineSpec, PrefixCache
@@ -130,7 +130,7 @@ class Options(Strict):
     # UVA: only parameters whose dotted names hold one of these segments ("experts",
     # "experts.w2_weight"; vllm_weight_offload.vllm_name); empty: any, in order
     cpu_offload_params: ParamSegments = ()
-    # prefetch (engines/vllm_prefetch_offload.py): the last offload_num_in_group of every
+    # prefetch (engines/prefetch_offload.py): the last offload_num_in_group of every
     # offload_group_size decoder layers in host memory, each copied offload_prefetch_step
     # offloaded layers ahead; offload_params: only their parameters with these segments
     offload_group_size: Annotated[int, Meta(ge=0, le=1 << 16)] = 0
@@ -348,8 +348,10 @@ def _memory(sc: Scenario, mem: decode.Memory) -> decode.Memory:
     moved, held = vllm_offload.offload(sc, uva_budget(o), pinned=sc.pinned_or(True))
     gpu = mem.gpu
     if prefetch_active(o):  # its layers' parameters pinned on the host, its slots on the GPU
-        off, pinned = prefetch.host_bytes(sc, pinned=sc.pinned_or(True))
-        gpu = gpu - (off - prefetch.buffer_bytes(sc)) * tp
+        segments = prefetch.vllm_segments(sc)
+        off, pinned = prefetch.host_bytes(sc, segments, pinned=sc.pinned_or(True))
+        slots = o.offload_prefetch_step  # the static pool
+        gpu = gpu - (off - prefetch.buffer_bytes(sc, segments, slots)) * tp
         mem = replace(mem, cpu=mem.cpu + pinned * tp)
     return decode.Memory(
         gpu=gpu + (1 - o.gpu_memory_utilization) * sc.system.gpu_memory,
@@ -373,7 +375,8 @@ def predict(sc: Scenario) -> Prediction:
         pred = _tensor_parallel(sc, setup, pred, tp)
     pred = replace(pred, ttft_s=pred.ttft_s + _chunk_reads_s(sc, setup))
     if prefetch_active(o):
-        pred = _prefetch(sc, setup, pred, tp)
+        segments = prefetch.vllm_segments(sc)
+        pred = prefetch.with_prefetch(sc, setup, pred, segments, tp, batched_tokens(sc))
     prompt_kv = float(kv.batch_bytes(setup.cache_model, sc.prompt, sc.batch, sc.setup.kv))
     if model.mla:
         prompt_kv *= tp
@@ -396,12 +399,14 @@ def predict(sc: Scenario) -> Prediction:
             "kv_heads_per_gpu": heads,
             "max_num_batched_tokens": batched_tokens(sc),
             "offload_backend": "prefetch" if prefetch_active(o) else "uva",
-            "prefetch_layers": np.flatnonzero(prefetch.plan(sc)[0]).tolist()
+            "prefetch_layers": np.flatnonzero(
+                prefetch.plan(sc, prefetch.vllm_segments(sc))[0]
+            ).tolist()
             if prefetch_active(o)
             else [],
         },
         policy=(
-            f"{np.count_nonzero(prefetch.plan(sc)[0])} layers copied from host memory "
+            f"{np.count_nonzero(prefetch.plan(sc, prefetch.vllm_segments(sc))[0])} layers copied from host memory "
             f"{o.offload_prefetch_step} offloaded layer(s) ahead every pass"
             if prefetch_active(o)
             else f"{off:.0%} of the weights streamed from {'pinned' if placement.pinned else 'pageable'} host memory every step"
@@ -411,40 +416,6 @@ def predict(sc: Scenario) -> Prediction:
         + (f", {hit:.0%} of the prompt reloaded instead of recomputed" if o.prefix_hit_rate else "")
         + (f"; tensor parallel over {tp} GPUs, two all-reduces per layer" if tp > 1 else ""),
     )
-
-
-def _prefetch(sc: Scenario, setup: decode.Setup, pred: Prediction, tp: int) -> Prediction:
-    """Return the prediction with the prefetch offloader's copies in every forward pass: each
-    decode step one pass, each prefill chunk one (vllm_prefetch_offload)."""
-    system, model, o = sc.system, sc.model, sc.options
-    lay = decode.layers(model, setup.weights)
-    order = np.array(lay.order[: model.n_layers])
-    head = len(lay.count) - 1
-    _, moved = prefetch.plan(sc)
-    copy_s = np.where(
-        moved > 0,
-        link_time(system, moved, "h2d", transfers=prefetch.copies(sc), pinned=sc.pinned_or(True)),
-        0.0,
-    )
-    hidden = sc.batch * model.hidden * (4 if setup.weights is WeightFormat.FP32 else 2)
-    comm = 2 * all_reduce_time(system, hidden, tp) if tp > 1 else 0.0
-    tail = gather_time(system, sc.batch * model.vocab * 2, tp) if tp > 1 else 0.0
-
-    def per_token(_point: np.ndarray, context: np.ndarray) -> np.ndarray:
-        gpu = decode.stream_times(setup, context, sc.batch)["gpu"] / tp
-        layer_s = gpu[..., order] + comm
-        step = prefetch.pass_seconds(layer_s, copy_s, o.offload_prefetch_step)
-        return np.stack([step + gpu[..., head] + tail, gpu @ lay.count])
-
-    step, gpu_s = decode.token_mean(per_token, sc.prompt, sc.generate, lay.window)
-    # prefill: each chunk's pass, its compute shared evenly among the layers, the same copies
-    chunks = -(-sc.prompt * sc.batch // batched_tokens(sc))
-    per_chunk = np.full(model.n_layers, pred.ttft_s / chunks / model.n_layers)
-    ttft = chunks * float(prefetch.pass_seconds(per_chunk, copy_s, o.offload_prefetch_step))
-    streams = dict(pred.streams_s)
-    streams["gpu"] = float(gpu_s)
-    streams["h2d"] = float(copy_s.sum())
-    return replace(pred, tpot_s=float(step), ttft_s=ttft, streams_s=streams)
 
 
 def _tensor_parallel(sc: Scenario, setup: decode.Setup, pred: Prediction, tp: int) -> Prediction:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvoffload.engines import vllm_prefetch_offload as pf
+from kvoffload.engines import prefetch_offload as pf
 from kvoffload.engines import vllm_weight_offload
 from kvoffload.engines.scenario import parse_scenario, predict
 from kvoffload.inputs.errors import InputError
@@ -89,13 +89,16 @@ def test_prefetch_offloading_moves_the_chosen_layers_and_hides_copies_behind_com
     base = predict(_sc())
     got = predict(_sc(offload_group_size=4, offload_num_in_group=1))
     sc = _sc(offload_group_size=4, offload_num_in_group=1)
-    _, moved = pf.plan(sc)
+    _, moved = pf.plan(sc, pf.vllm_segments(sc))
     assert got.settings["offload_backend"] == "prefetch"
     assert got.settings["prefetch_layers"] == [3, 7, 11, 15, 19, 23, 27, 31]
     # each offloaded layer's parameters leave the GPU; one slot of them comes back
-    off, held = pf.host_bytes(sc, pinned=True)
+    segments = pf.vllm_segments(sc)
+    off, held = pf.host_bytes(sc, segments, pinned=True)
     assert off == pytest.approx(moved.sum())
-    assert float(base.memory.gpu - got.memory.gpu) == pytest.approx(off - pf.buffer_bytes(sc))
+    assert float(base.memory.gpu - got.memory.gpu) == pytest.approx(
+        off - pf.buffer_bytes(sc, segments, 1)
+    )
     assert float(got.memory.cpu - base.memory.cpu) == pytest.approx(held)
     # a step: never less than its copies over the link, never less than without offload
     copy_s = off / sc.system.copy_rate("h2d", pinned=True)
@@ -108,7 +111,8 @@ def test_offload_params_limit_the_copies_to_the_named_parameters():
     parameter holds moves nothing, so nothing changes."""
     sc = _sc("qwen3-30b-a3b", offload_group_size=2, offload_params=["experts"])
     every = _sc("qwen3-30b-a3b", offload_group_size=2)
-    assert 0 < pf.host_bytes(sc, pinned=False)[0] < pf.host_bytes(every, pinned=False)[0]
+    one, all_ = (pf.host_bytes(x, pf.vllm_segments(x), pinned=False)[0] for x in (sc, every))
+    assert 0 < one < all_
     nothing = predict(_sc(offload_group_size=2, offload_params=["no_such_segment"]))
     assert nothing.settings["prefetch_layers"] == []
     assert nothing.tpot_s == pytest.approx(predict(_sc()).tpot_s)

@@ -33,10 +33,15 @@ piecewise linear, as ``decode.token_mean`` needs.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from kvoffload.engines.vllm_weight_offload import layer_parameters
-from kvoffload.model.prediction import Scenario
+from kvoffload.inputs.precision import WeightFormat
+from kvoffload.model import decode
+from kvoffload.model.prediction import Prediction, Scenario
+from kvoffload.model.transfer import all_reduce_time, gather_time, link_time
 
 
 def offloaded_layers(n_layers: int, group_size: int, num_in_group: int) -> np.ndarray:
@@ -54,74 +59,56 @@ def matches(name: str, segments: tuple[str, ...]) -> bool:
     return any(f".{p}." in f".{name}." for p in segments)
 
 
-def layer_bytes(sc: Scenario, segments: tuple[str, ...]) -> np.ndarray:
-    """Return each decoder layer's bytes the offloader would move (one GPU's share), by segments."""
-    per_layer = []
-    for layer in layer_parameters(sc.model, sc.setup.weights):
-        per_layer.append(sum(b for name, b in layer if not segments or matches(name, segments)))
-    return np.array(per_layer, dtype=np.float64) / sc.system.gpu.count
+Segments = tuple[tuple[str, ...], ...]  # per decoder layer: the parameter segments it moves
 
 
-def plan(sc: Scenario) -> tuple[np.ndarray, np.ndarray]:
-    """Return (the layers offloaded, the bytes each moves per pass: zero where not offloaded)."""
-    o = sc.options
-    bytes_ = layer_bytes(sc, tuple(o.offload_params))
-    chosen = offloaded_layers(sc.model.n_layers, o.offload_group_size, o.offload_num_in_group)
-    chosen &= bytes_ > 0  # a layer with no matching parameter is skipped
-    return chosen, np.where(chosen, bytes_, 0.0)
+def vllm_segments(sc: Scenario) -> Segments:
+    """Return vLLM's choice per layer: ``offload_params`` for every layer (empty: all)."""
+    return (tuple(sc.options.offload_params),) * sc.model.n_layers
 
 
-def _moved(sc: Scenario) -> list[float]:
-    """Return the bytes of every parameter the offloader moves, one GPU's share."""
-    o = sc.options
-    chosen, _ = plan(sc)
+def _chosen(sc: Scenario, segments: Segments) -> list[list[tuple[str, float]]]:
+    """Return each decoder layer's offloaded (name, bytes) parameters, one GPU's share."""
+    o, count = sc.options, sc.system.gpu.count
+    pattern = offloaded_layers(sc.model.n_layers, o.offload_group_size, o.offload_num_in_group)
     layers = layer_parameters(sc.model, sc.setup.weights)
-    segments = tuple(o.offload_params)
     return [
-        b / sc.system.gpu.count
-        for i in np.flatnonzero(chosen)
-        for name, b in layers[i]
-        if not segments or matches(name, segments)
+        [(n, b / count) for n, b in layer if not seg or matches(n, seg)] if on else []
+        for layer, on, seg in zip(layers, pattern, segments, strict=True)
     ]
 
 
-def copies(sc: Scenario) -> np.ndarray:
+def plan(sc: Scenario, segments: Segments) -> tuple[np.ndarray, np.ndarray]:
+    """Return (the layers offloaded, the bytes each moves per pass: zero where not offloaded);
+    a layer none of whose parameters match is skipped."""
+    moved = np.array([sum(b for _, b in layer) for layer in _chosen(sc, segments)])
+    return moved > 0, moved
+
+
+def copies(sc: Scenario, segments: Segments) -> np.ndarray:
     """Return, per decoder layer, the parameters copied to the GPU each pass (one copy each)."""
-    o = sc.options
-    chosen, _ = plan(sc)
-    segments = tuple(o.offload_params)
-    layers = layer_parameters(sc.model, sc.setup.weights)
-    return np.array(
-        [
-            sum(1 for name, _ in layer if not segments or matches(name, segments)) if on else 0
-            for layer, on in zip(layers, chosen, strict=True)
-        ],
-        dtype=np.float64,
-    )
+    return np.array([len(layer) for layer in _chosen(sc, segments)], dtype=np.float64)
 
 
-def host_bytes(sc: Scenario, *, pinned: bool) -> tuple[float, float]:
+def host_bytes(sc: Scenario, segments: Segments, *, pinned: bool) -> tuple[float, float]:
     """Return (bytes moved to host memory, host bytes they take) on one GPU: pinned, each
     parameter rounded up to a power of two by PyTorch's caching host allocator (as UVA's)."""
-    moved = np.array(_moved(sc), dtype=np.float64)
+    moved = np.array([b for layer in _chosen(sc, segments) for _, b in layer], dtype=np.float64)
     if not pinned or not moved.size:
         return float(moved.sum()), float(moved.sum())
     rounded = 2.0 ** np.ceil(np.log2(np.maximum(moved, 1.0)))
     return float(moved.sum()), float(rounded.sum())
 
 
-def buffer_bytes(sc: Scenario) -> float:
-    """Return the GPU bytes of the static buffer pool: ``step`` slots of each offloaded
-    parameter (one per name, the largest of the layers)."""
-    o = sc.options
-    chosen, _ = plan(sc)
+def buffer_bytes(sc: Scenario, segments: Segments, slots: int) -> float:
+    """Return the GPU bytes of ``slots`` copies of each offloaded parameter (by name, the largest
+    of the layers): vLLM's static pool has ``step`` slots; SGLang keeps a layer's tensors from
+    their copy to the end of its forward, ``step + 1`` at most."""
     widest: dict[str, float] = {}
-    layers = layer_parameters(sc.model, sc.setup.weights)
-    for i in np.flatnonzero(chosen):
-        for name, b in layers[i]:
-            if not o.offload_params or matches(name, tuple(o.offload_params)):
-                widest[name] = max(widest.get(name, 0.0), b)
-    return o.offload_prefetch_step * sum(widest.values()) / sc.system.gpu.count
+    for layer in _chosen(sc, segments):
+        for name, b in layer:
+            widest[name] = max(widest.get(name, 0.0), b)
+    return slots * sum(widest.values())
 
 
 def pass_seconds(layer_s: np.ndarray, copy_s: np.ndarray, step: int) -> np.ndarray:
@@ -152,3 +139,46 @@ def pass_seconds(layer_s: np.ndarray, copy_s: np.ndarray, step: int) -> np.ndarr
         ends.append(end)
     # the one copy stream moves every offloaded layer once a pass: a pass is never shorter
     return np.maximum(end, copy_s.sum())
+
+
+def with_prefetch(
+    sc: Scenario,
+    setup: decode.Setup,
+    pred: Prediction,
+    segments: Segments,
+    tp: int = 1,
+    chunk_tokens: int | None = None,
+) -> Prediction:
+    """Return the prediction with the offloader's copies in every forward pass: each decode step
+    one pass, each prefill chunk of ``chunk_tokens`` one; ``setup``: all weights on the GPU,
+    ``pred`` its prediction; ``tp`` GPUs in one tensor-parallel group (two all-reduces a layer)."""
+    system, model, o = sc.system, sc.model, sc.options
+    lay = decode.layers(model, setup.weights)
+    order = np.array(lay.order[: model.n_layers])
+    head = len(lay.count) - 1
+    _, moved = plan(sc, segments)
+    pinned = sc.pinned_or(True)
+    copy_s = np.where(
+        moved > 0,
+        link_time(system, moved, "h2d", transfers=copies(sc, segments), pinned=pinned),
+        0.0,
+    )
+    hidden = sc.batch * model.hidden * (4 if setup.weights is WeightFormat.FP32 else 2)
+    comm = 2 * all_reduce_time(system, hidden, tp) if tp > 1 else 0.0
+    tail = gather_time(system, sc.batch * model.vocab * 2, tp) if tp > 1 else 0.0
+    step = o.offload_prefetch_step
+
+    def per_token(_point: np.ndarray, context: np.ndarray) -> np.ndarray:
+        gpu = decode.stream_times(setup, context, sc.batch)["gpu"] / tp
+        one = pass_seconds(gpu[..., order] + comm, copy_s, step)
+        return np.stack([one + gpu[..., head] + tail, gpu @ lay.count])
+
+    tpot, gpu_s = decode.token_mean(per_token, sc.prompt, sc.generate, lay.window)
+    # prefill: each chunk's pass, its compute shared evenly among the layers, the same copies
+    chunks = -(-sc.prompt * sc.batch // (chunk_tokens or sc.prompt * sc.batch))
+    per_chunk = np.full(model.n_layers, pred.ttft_s / chunks / model.n_layers)
+    ttft = chunks * float(pass_seconds(per_chunk, copy_s, step))
+    streams = dict(pred.streams_s)
+    streams["gpu"] = float(gpu_s)
+    streams["h2d"] = float(copy_s.sum())
+    return replace(pred, tpot_s=float(tpot), ttft_s=ttft, streams_s=streams)
