@@ -144,12 +144,53 @@ def test_what_offload_config_refuses_exits_naming_the_field(options, field):
 def test_cpu_offload_params_limit_uva_to_the_named_parameters():
     """UVA with cpu_offload_params: experts takes only expert stacks, in order, to the budget."""
     sc = _sc("qwen3-30b-a3b", cpu_offload_gb=2, cpu_offload_params=["experts"])
-    sizes = vllm_weight_offload.parameter_bytes(sc)
+    sizes = vllm_weight_offload.parameter_bytes(sc, ("experts",))
     names = [
         n
         for layer in vllm_weight_offload.layer_parameters(*_parts("qwen3-30b-a3b"))
         for n, _ in layer
     ]
     assert all((b > 0) == (".experts." in f".{n}.") for n, b in zip(names, sizes, strict=True))
-    moved, _ = vllm_weight_offload.offload(sc, 2 * 2**30, pinned=False)
+    moved, _ = vllm_weight_offload.offload(sc, 2 * 2**30, pinned=False, segments=("experts",))
     assert moved >= 2 * 2**30
+
+
+def _sglang(model: str = "llama-3.1-8b", weights: str = "bf16", hw: str = "rtx-4090-desktop", **o):
+    raw = {
+        "hardware": hw,
+        "model": model,
+        "engine": "sglang",
+        "precision": {"weights": weights, "kv": "bf16"},
+        "workload": {"batch": 1, "prompt": 1024, "generate": 64},
+        "options": o,
+    }
+    return parse_scenario(raw, name="sglang-offload")
+
+
+def test_sglang_cpu_offload_gb_copies_its_modules_before_each_forward_as_vllm_without_uva():
+    """OffloaderV1 walks the same parameters as vLLM's UVA offloader and, like vLLM without UVA,
+    copies each offloaded module's state_dict to the GPU before its forward."""
+    sglang = predict(_sglang(cpu_offload_gb=6))
+    vllm = predict(_sc(cpu_offload_gb=6, disable_uva=True))
+    assert sglang.tpot_s == pytest.approx(vllm.tpot_s, rel=1e-9)
+    assert sglang.tpot_s > predict(_sglang()).tpot_s
+    # V1's budget wins where both are set (create_offloader_from_server_args)
+    both = predict(_sglang(cpu_offload_gb=6, offload_group_size=2))
+    assert both.tpot_s == sglang.tpot_s and both.settings["offload_layers"] == []
+
+
+def test_sglang_prefetch_offloads_deepseek_experts_and_refuses_other_architectures():
+    sc = _sglang(
+        "deepseek-v3", "fp8", "h200-sxm-pcie5", offload_group_size=4, offload_num_in_group=1
+    )
+    got = predict(sc, check=False)
+    layers = got.settings["offload_layers"]
+    assert layers == [i for i in range(3, sc.model.n_layers, 4)]
+    # of a MoE layer only the routed experts' two stacks move, not its attention or shared expert
+    segments = tuple(("experts.w13_weight", "experts.w2_weight") for _ in range(sc.model.n_layers))
+    moved = pf.host_bytes(sc, segments, pinned=False)[0]
+    whole = pf.host_bytes(sc, ((),) * sc.model.n_layers, pinned=False)[0]
+    assert 0 < moved < whole
+    with pytest.raises(InputError) as err:
+        predict(_sglang("qwen3-30b-a3b", offload_group_size=2))
+    assert err.value.field == "options.offload_group_size"

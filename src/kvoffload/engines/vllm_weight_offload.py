@@ -99,16 +99,18 @@ def _sizes(model: Model, fmt: WeightFormat, segments: tuple[str, ...] = ()) -> n
     return sizes
 
 
-def parameter_bytes(sc: Scenario) -> np.ndarray:
+def parameter_bytes(sc: Scenario, segments: tuple[str, ...] = ()) -> np.ndarray:
     """Return the bytes of each decoder-layer parameter one GPU holds, in vLLM's offload order
-    (zero for one ``cpu_offload_params`` does not name: never offloaded)."""
-    segments = tuple(sc.options.cpu_offload_params)
-    return _sizes(sc.model, sc.setup.weights, segments) / sc.system.gpu.count
+    (zero for one the ``segments``, vLLM's ``cpu_offload_params``, do not name: never moved)."""
+    return _sizes(sc.model, sc.setup.weights, tuple(segments)) / sc.system.gpu.count
 
 
-def offload(sc: Scenario, budget_bytes: float, *, pinned: bool) -> tuple[float, float]:
-    """Return (bytes offloaded, host bytes they take) on one GPU for a budget of ``budget_bytes``."""
-    sizes = parameter_bytes(sc)
+def offload(
+    sc: Scenario, budget_bytes: float, *, pinned: bool, segments: tuple[str, ...] = ()
+) -> tuple[float, float]:
+    """Return (bytes offloaded, host bytes they take) on one GPU for a budget of ``budget_bytes``,
+    of the parameters the ``segments`` name (none: any)."""
+    sizes = parameter_bytes(sc, segments)
     before = np.cumsum(sizes) - sizes
     moved = sizes[(before < budget_bytes) & (budget_bytes > 0) & (sizes > 0)]
     if not pinned:

@@ -1,7 +1,7 @@
-"""SGLang: weights and the working KV on the GPU; HiCache keeps the radix cache's pages in host
-memory (and a storage backend) and loads a hit back layer by layer under the prefill.
+"""SGLang: weights (less what its offloaders move) and the working KV on the GPU; HiCache keeps the
+radix cache's pages in host memory (and a storage backend) and loads a hit back layer by layer.
 
-Decode is the step model with everything on the GPU. The prefix cache is the radix tree
+Decode is the step model with everything on the GPU unless an offloader is on (below). The prefix cache is the radix tree
 (RadixAttention) in the KV pool the GPU has left after the weights (``mem_fraction_static`` of it,
 assumed 0.9: SGLang picks it by GPU size). ``enable_hierarchical_cache`` adds HiCache
 (sgl-project/sglang docs/advanced_features/hicache_design.md at
@@ -22,6 +22,21 @@ assumed 0.9: SGLang picks it by GPU size). ``enable_hierarchical_cache`` adds Hi
 - ``hicache_storage_backend: file``: an L3 tier on the profile's disk (its capacity), read into
   host memory and on to the GPU.
 
+Weights in host memory (python/sglang/srt/utils/offloader.py at
+04653fa88f5ce4ea83632c4ad436343db6bc8324, ``create_offloader_from_server_args``):
+
+- ``cpu_offload_gb`` > 0 (``OffloaderV1``): the decoder layers' parameters, in order, go to
+  pinned host memory while the bytes so far are below the budget (the one that crosses it goes
+  too), and each module with one offloaded copies its whole ``state_dict`` to the GPU before its
+  forward (``v.to(device, non_blocking=True)`` on the compute stream, then ``functional_call``):
+  the offloaded bytes cross the link every pass, every expert included, nothing overlapped. The
+  same walk as vLLM's (engines/vllm_weight_offload.py, its fused parameters).
+- else ``offload_group_size`` > 0 (``OffloaderV2``, ``offload_mode: cpu``): the last
+  ``offload_num_in_group`` of every group of decoder layers, their routed experts' ``w13_weight``
+  and ``w2_weight`` (a dense layer: its MLP), copied on a side stream ``offload_prefetch_step``
+  offloaded layers ahead and waited for before the layer runs (engines/prefetch_offload.py). Only
+  deepseek_v2.py passes the accessors it needs: another architecture exits 2.
+
 One GPU: tensor parallelism is not modelled; a profile with ``gpu.count`` above 1 is refused.
 """
 
@@ -30,18 +45,23 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Annotated, Literal
 
+import numpy as np
 from msgspec import Meta
 
+from kvoffload.engines import prefetch_offload as prefetch
 from kvoffload.engines import prefix_cache, sglang_attention
+from kvoffload.engines import vllm_weight_offload as vllm_offload
 from kvoffload.engines.prefix_cache import BlockTokens
 from kvoffload.engines.single_gpu import refuse_several_gpus
 from kvoffload.engines.spec import CacheRule, EngineSpec, PrefixCache
+from kvoffload.inputs.errors import InputError
 from kvoffload.inputs.limits import MAX_PARAMS
 from kvoffload.inputs.units import format_bytes
-from kvoffload.model import decode, reuse
+from kvoffload.model import decode, reuse, tensor_groups
 from kvoffload.model.prediction import Prediction, Scenario, predict_setup
 
 GB = 10**9
+GiB = 2**30
 MAX_HOST_GB = MAX_PARAMS * 4 // GB  # the largest plausible model's fp32 weights, 4.5 PB
 
 
@@ -58,6 +78,33 @@ class Options(sglang_attention.ServingFlags):
     page_size: BlockTokens = 1
     hicache_io_backend: Literal["kernel", "direct"] = "kernel"
     hicache_storage_backend: Literal["file"] | None = None
+    # weight offload (offloader.py): GiB a GPU in host memory, copied before each forward (V1)
+    cpu_offload_gb: Annotated[float, Meta(ge=0.0, le=MAX_HOST_GB)] = 0.0
+    # the prefetch offloader (V2; -1 or 0: off): groups, layers a group, layers ahead, the mode
+    offload_group_size: Annotated[int, Meta(ge=-1, le=1 << 16)] = -1
+    offload_num_in_group: Annotated[int, Meta(ge=1, le=1 << 16)] = 1
+    offload_prefetch_step: Annotated[int, Meta(ge=1, le=1 << 16)] = 1
+    offload_mode: Literal["cpu"] = "cpu"
+
+
+def _v2(sc: Scenario) -> bool:
+    """Return whether SGLang runs its prefetch offloader (V1's budget wins where both are set)."""
+    o = sc.options
+    return not o.cpu_offload_gb and o.offload_group_size > 0
+
+
+def _v2_segments(sc: Scenario) -> prefetch.Segments:
+    """Return what deepseek_v2.py offloads of each layer: the experts' stacks, else the MLP."""
+    if sc.model.mla is None:
+        raise InputError(
+            "SGLang's prefetch offloader (offload_group_size) is wired into deepseek_v2.py alone "
+            "(its submodule accessor); this model has no MLA, so SGLang would fail to load it",
+            field="options.offload_group_size",
+        )
+    table = tensor_groups.tensor_table(sc.model, sc.setup.weights)
+    moe = {int(p) for p, n in zip(table.position, table.names, strict=True) if "_exps" in n}
+    experts = ("experts.w13_weight", "experts.w2_weight")
+    return tuple(experts if i in moe else ("mlp",) for i in range(sc.model.n_layers))
 
 
 def _setup(sc: Scenario) -> decode.Setup:
@@ -66,7 +113,19 @@ def _setup(sc: Scenario) -> decode.Setup:
     refuse_several_gpus(sc, "sglang", "its tensor parallelism is")
     sglang_attention.refuse_serving(sc)
     walk = sglang_attention.walk(sglang_attention.backend(sc), sc.model.mla is not None)
-    return decode.Setup(sc.system, sc.model, sc.setup.weights, sc.setup.kv, attention_walk=walk)
+    setup = decode.Setup(sc.system, sc.model, sc.setup.weights, sc.setup.kv, attention_walk=walk)
+    if not sc.options.cpu_offload_gb:
+        return setup
+    # V1: the offloaded parameters' modules copied whole before each forward, serially
+    moved, _ = vllm_offload.offload(sc, sc.options.cpu_offload_gb * GiB, pinned=True)
+    off = min(moved / decode.step_weight_bytes(sc.model, sc.setup.weights), 1.0)
+    placement = decode.Placement(
+        weights=decode.Split(1 - off, off, 0.0), overlap="none", pinned=True, staged_weights=True
+    )
+    setup = replace(setup, placement=placement)
+    if sc.model.moe is not None:  # a module's whole state_dict: every expert crosses
+        setup = replace(setup, routing=replace(setup.routing, stream="all", gpu_hit_rate=0.0))
+    return setup
 
 
 def _host_bytes(sc: Scenario, setup: decode.Setup) -> float:
@@ -109,9 +168,20 @@ def predict(sc: Scenario) -> Prediction:
     pred = predict_setup(sc, setup)
     o = sc.options
     host = _host_bytes(sc, setup)
+    gpu, cpu = pred.memory.gpu, pred.memory.cpu
+    if o.cpu_offload_gb:  # pinned: each parameter rounded up to a power of two
+        moved, held = vllm_offload.offload(sc, o.cpu_offload_gb * GiB, pinned=True)
+        cpu = cpu + held - moved
+    elif _v2(sc):
+        segments = _v2_segments(sc)
+        pred = prefetch.with_prefetch(sc, setup, pred, segments)
+        off, held = prefetch.host_bytes(sc, segments, pinned=True)
+        # a layer's tensors live from their copy to the end of its forward: step + 1 at most
+        gpu = gpu - off + prefetch.buffer_bytes(sc, segments, o.offload_prefetch_step + 1)
+        cpu = cpu + held
     mem = decode.Memory(
-        gpu=pred.memory.gpu + (1 - o.mem_fraction_static) * sc.system.gpu_memory,
-        cpu=pred.memory.cpu + host,
+        gpu=gpu + (1 - o.mem_fraction_static) * sc.system.gpu_memory,
+        cpu=cpu + host,
         disk=pred.memory.disk,
         staging=pred.memory.staging,
     )
@@ -128,8 +198,20 @@ def predict(sc: Scenario) -> Prediction:
             "hicache_io_backend": o.hicache_io_backend,
             "hicache_storage_backend": o.hicache_storage_backend,
             "attention_backend": sglang_attention.backend(sc),
+            "cpu_offload_gb": o.cpu_offload_gb,
+            "offload_layers": np.flatnonzero(prefetch.plan(sc, _v2_segments(sc))[0]).tolist()
+            if _v2(sc)
+            else [],
         },
-        policy="weights and KV on the GPU; "
+        policy=(
+            f"{setup.placement.weights.cpu:.0%} of the weights copied from host memory before "
+            "their modules run, every pass; "
+            if o.cpu_offload_gb
+            else f"the prefetch offloader: {o.offload_num_in_group} of every "
+            f"{o.offload_group_size} layers from host memory; "
+            if _v2(sc)
+            else "weights and KV on the GPU; "
+        )
         + (
             f"HiCache host pool {format_bytes(host)} ({o.hicache_write_policy}), loads by layer"
             if o.enable_hierarchical_cache
@@ -142,11 +224,12 @@ ENGINE = EngineSpec(
     name="sglang",
     options=Options,
     predict=predict,
-    placement_option="options.mem_fraction_static (SGLang keeps weights and KV on the GPU)",
+    placement_option="options.cpu_offload_gb (or offload_group_size, DeepSeek-style models)",
     pin_option=None,
     refuses={
         "attention": "SGLang attends on the GPU; use engine: generic to model CPU attention",
-        "overlap": "SGLang keeps its weights on the GPU, so there is nothing to overlap; "
+        "overlap": "SGLang's offloaders have no overlap option (cpu_offload_gb copies before "
+        "each module, offload_prefetch_step sets the prefetch); "
         "use engine: generic to compare overlap modes",
     },
     routing_ignored=((), ""),

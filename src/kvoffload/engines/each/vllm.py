@@ -253,7 +253,9 @@ def _setup(sc: Scenario) -> tuple[decode.Setup, float, int]:
     heads = kv_heads_per_gpu(model, tp)
     weights = decode.step_weight_bytes(model, sc.setup.weights)
     # the decoder-layer parameters the budget takes, whole (vllm_offload), of each GPU's 1/tp
-    moved, _ = vllm_offload.offload(sc, uva_budget(o), pinned=sc.pinned_or(True))
+    moved, _ = vllm_offload.offload(
+        sc, uva_budget(o), pinned=sc.pinned_or(True), segments=tuple(o.cpu_offload_params)
+    )
     off = min(moved / (weights / tp), 1.0)
     # UVA: kernels read the offloaded weights over the link as they run, so nothing overlaps
     placement = decode.Placement(
@@ -345,7 +347,9 @@ def _memory(sc: Scenario, mem: decode.Memory) -> decode.Memory:
         mem = replace(mem, gpu=mem.gpu + (tp - 1) * latent)
     host, disk = _host_cache_bytes(o, tp)
     # pinned offloaded parameters take their size rounded up to a power of two (vllm_offload)
-    moved, held = vllm_offload.offload(sc, uva_budget(o), pinned=sc.pinned_or(True))
+    moved, held = vllm_offload.offload(
+        sc, uva_budget(o), pinned=sc.pinned_or(True), segments=tuple(o.cpu_offload_params)
+    )
     gpu = mem.gpu
     if prefetch_active(o):  # its layers' parameters pinned on the host, its slots on the GPU
         segments = prefetch.vllm_segments(sc)
