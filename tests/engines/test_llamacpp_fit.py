@@ -187,3 +187,62 @@ def test_a_placement_the_user_set_or_fit_off_is_left_as_given(options):
     sc = _sc("gpt-oss-120b", "mxfp4", TWO_3090, **options)
     assert not fit.applies(sc)
     assert predict(sc, check=False).settings["fit"] is None
+
+
+def _moved_layers(rule: str) -> list[int]:
+    return [int(x) for x in rule.split("(")[1].split(")")[0].split("|")]
+
+
+def test_ik_llama_fits_only_when_asked():
+    """ik_llama.cpp's --fit is off by default (common.cpp: fit: false)."""
+    sc = _sc("qwen3-235b-a22b", fork="ik_llama")
+    assert not fit.applies(sc) and predict(sc, check=False).settings["fit"] is None
+
+
+def test_ik_llama_moves_the_experts_of_the_gpus_last_layers_until_it_fits():
+    """llm_load_tensors, --split-mode layer: the experts of the GPU's own layers from the last
+    one down go to the CPU, one layer at a time, until the GPU fits: no fewer, no more."""
+    sc = _sc("qwen3-235b-a22b", fork="ik_llama", fit=True)
+    got = predict(sc, check=False)
+    (rule,) = got.settings["fit"]["override_tensor"]
+    moved = _moved_layers(rule)
+    n = sc.model.n_layers
+    assert moved == list(range(moved[0], n))  # a run up to the last layer
+    target = _targets(sc)[0]
+    assert float(got.memory.gpu) <= target
+    fewer = rule.replace(f"({moved[0]}|", "(")  # the lowest layer's experts back on the GPU
+    back = _sc("qwen3-235b-a22b", fork="ik_llama", fit=False, override_tensor=[fewer])
+    assert float(engine.memory(back).gpu) > target
+    same = _sc("qwen3-235b-a22b", fork="ik_llama", fit=False, override_tensor=[rule])
+    assert predict(same, check=False).tpot_s == got.tpot_s
+
+
+def test_ik_llama_fits_each_gpu_with_its_own_layers_experts():
+    sc = _sc("qwen3-235b-a22b", hardware=TWO_3090, fork="ik_llama", fit=True)
+    got = predict(sc, check=False)
+    moved = set(_moved_layers(got.settings["fit"]["override_tensor"][0]))
+    a, _ = got.settings["layers_per_gpu"]
+    # each GPU gives up the experts of its last layers: some of GPU 0's and of GPU 1's
+    assert a - 1 in moved and sc.model.n_layers - 1 in moved and 0 not in moved
+    assert all(u <= t for u, t in zip(got.settings["gpu_bytes_each"], _targets(sc), strict=True))
+
+
+def test_ik_llama_fills_a_dense_model_from_the_output_layer_down():
+    sc = _sc("llama-3.1-70b", fork="ik_llama", fit=True, fit_margin=2048)
+    got = predict(sc, check=False)
+    chosen = got.settings["fit"]
+    assert chosen["override_tensor"] == ["^output\\.=CUDA0"]
+    target = sc.system.devices[0].memory.value - 2048 * MIB
+    assert float(got.memory.gpu) <= target
+    more = _sc(
+        "llama-3.1-70b", fork="ik_llama", fit=False,
+        n_gpu_layers=chosen["n_gpu_layers"] + 1, override_tensor=["^output\\.=CUDA0"],
+    )  # fmt: skip
+    assert float(engine.memory(more).gpu) > target
+
+
+def test_fit_margin_is_ik_llama_s_own_option():
+    from kvoffload.inputs.errors import InputError
+
+    with pytest.raises(InputError, match="fit_margin"):
+        _sc("llama-3.1-8b", fit_margin=2048)

@@ -18,6 +18,7 @@ from kvoffload.engines.each.llamacpp.options import Options, ser_experts
 from kvoffload.engines.each.llamacpp.placement import (
     _read_bytes,
     gpu_bytes_each,
+    gpu_split,
     is_tensor_parallel,
     layers_per_gpu,
     override_rules,
@@ -75,7 +76,7 @@ def _as_run(sc: Scenario) -> Scenario:
     """Return the scenario as the engine runs it: the placement ``--fit`` picks where none is
     given; under ``-ser`` its tokens use fewer experts; under ik_llama.cpp's ``-mla 0`` or ``1``
     an MLA model caches more than the latent."""
-    sc = fit.fitted(sc, lambda probe: _gpu_bytes_each(_held(_as_run(probe))))
+    sc = fit.fitted(sc, lambda probe: _gpu_bytes_each(_held(_as_run(probe))), gpu_split)
     model = sc.model
     moe = model.moe
     if moe is not None and sc.options.ser:
@@ -224,7 +225,7 @@ def predict(sc: Scenario) -> Prediction:
                 "tensor_split": list(o.tensor_split),
                 "override_tensor": list(o.override_tensor),
             }
-            if fit.applies(given) and o.n_gpu_layers is not None
+            if fit.applies(given) and (o.n_gpu_layers is not None or o.override_tensor)
             else None,
             "layers_per_gpu": layers_per_gpu(sc),  # the output layer counts, as in -ngl
             "split_mode": o.split_mode,

@@ -25,17 +25,29 @@ main GPU alone). Layer positions run 0 to ``n_layer``, the last the output layer
 
 The result is ``-ngl``, each device's layer count as ``--tensor-split`` (several devices) and
 the tensor overrides, as the engine then runs them. Every probe's bytes are the engine's own
-(engine.memory): weights and KV on each GPU, no compute buffers. ik_llama.cpp's own ``--fit``
-is not modelled.
+(engine.memory): weights and KV on each GPU, no compute buffers.
+
+ik_llama.cpp's ``--fit`` (off by default; ``llm_load_tensors`` in src/llama.cpp at
+8337e4cd3861406fc04e0854b1409cd1b027fbc9, ``fit`` with ``--fit-margin`` MiB, default 1,024) is
+another search (``fitted_ik``): where the model's tensors and cache need more than the GPUs
+have, a MoE model moves routed experts to the CPU (``blk.N.ffn_(up|down|gate|gate_up)_exps``),
+under ``--split-mode layer`` those of each GPU's own layers from its last one down until that
+GPU fits, under ``graph`` from layer 0 up until the whole fits; a dense model fills the last GPU
+from the output layer down, the layers below the first that does not fit on the CPU. The layers
+are spread over the GPUs as the engine spreads them (ik_llama.cpp's own greedy split by layer
+size is not followed).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import msgspec
+import numpy as np
 
+from kvoffload.model import tensor_groups
 from kvoffload.model.prediction import Scenario
 
 MARGIN_MIB = 1024  # --fit-target's default: MiB left free on each device
@@ -68,6 +80,8 @@ class Layers:
 def applies(sc: Scenario) -> bool:
     """Return True where llama.cpp's fit would change the placement's unset parameters."""
     o = sc.options
+    if o.fit and o.fork == "ik_llama":
+        return not (o.override_tensor or o.n_cpu_moe or o.cpu_moe)
     return bool(
         o.fit
         and o.fork == "llama.cpp"
@@ -124,11 +138,82 @@ def placement_options(
     return out
 
 
-def fitted(sc: Scenario, gpu_bytes: Callable[[Scenario], Sequence[float]]) -> Scenario:
+IK_EXPS = r"\.(ffn_(up|down|gate|gate_up)_exps\.(weight|scale))"  # ik's override pattern
+
+
+def fitted_ik(
+    sc: Scenario,
+    gpu_bytes: Callable[[Scenario], Sequence[float]],
+    layer_gpus: Callable[[Scenario], Sequence[int]],
+) -> Scenario:
+    """Return the scenario with the placement ik_llama.cpp's ``--fit`` picks; ``layer_gpus``:
+    each layer position's GPU (-1: the CPU) for a scenario as given."""
+    o, n = sc.options, sc.model.n_layers
+    margin = (o.fit_margin or MARGIN_MIB) * 2**20
+    ids = list(range(sc.system.n_gpus))
+    free = [sc.system.devices[i].memory.value - margin for i in ids]
+    used = [float(gpu_bytes(_with(sc))[i]) for i in ids]
+    if sum(used) <= sum(free):  # required_mem <= available_mem: nothing changes
+        return _with(sc)
+    table = tensor_groups.tensor_table(sc.model, sc.setup.weights)
+    exps = np.array([bool(re.search(IK_EXPS, name)) for name in table.names])
+    per_layer = np.zeros(n)
+    np.add.at(
+        per_layer,
+        table.position[exps & (table.position >= 0)],
+        table.nbytes[exps & (table.position >= 0)],
+    )
+    if not per_layer.any():  # a dense model: the last GPU filled from the output layer down
+        every = [float(b) for b in gpu_bytes(_with(sc, n_gpu_layers=n + 1))]
+        one = [float(b) for b in gpu_bytes(_with(sc, n_gpu_layers=1))]
+        layer = (sum(every) - sum(one)) / max(n, 1)
+        base = sum(one) - layer  # ik's -ngl 1: one layer, no output layer
+        fits = int(max(0.0, sum(free) - base) // layer) if layer > 0 else n + 1
+        if fits >= n + 1:
+            return _with(sc)
+        # the output layer first, then layers from the top: ik's -ngl counts no output layer
+        # below n_layer + 1, so the output layer is named on the last GPU
+        last = f"CUDA{ids[-1]}"
+        return _with(sc, n_gpu_layers=max(0, fits - 1), override_tensor=(rf"^output\.={last}",))
+    moved: list[int] = []
+    if o.split_mode in ("graph", "attn"):  # from layer 0 up until the whole fits
+        over = sum(used) - sum(free)
+        for il in range(n):
+            if over <= 0:
+                break
+            if per_layer[il] > 0:
+                moved.append(il)
+                over -= per_layer[il]
+    else:  # each GPU: the experts of its own last layers, down, until it fits
+        where = np.asarray(layer_gpus(_with(sc)))[:n]
+        for d in ids:
+            over = used[d] - free[d]
+            for il in range(n - 1, -1, -1):
+                if over <= 0:
+                    break
+                if where[il] == d and per_layer[il] > 0:
+                    moved.append(il)
+                    over -= per_layer[il]
+    if not moved:
+        return _with(sc)
+    rule = rf"blk\.({'|'.join(map(str, sorted(moved)))}){IK_EXPS}=CPU"
+    return _with(sc, override_tensor=(rule,))
+
+
+def fitted(
+    sc: Scenario,
+    gpu_bytes: Callable[[Scenario], Sequence[float]],
+    layer_gpus: Callable[[Scenario], Sequence[int]] | None = None,
+) -> Scenario:
     """Return the scenario with the placement ``--fit`` picks (the same where it picks none);
-    ``gpu_bytes``: each GPU's bytes the engine holds for a scenario with its placement set."""
+    ``gpu_bytes``: each GPU's bytes the engine holds for a scenario with its placement set;
+    ``layer_gpus``: each layer position's GPU (ik_llama.cpp's search needs it)."""
     if not applies(sc):
         return sc
+    if sc.options.fork == "ik_llama":
+        if layer_gpus is None:
+            raise ValueError("ik_llama.cpp's fit needs each layer's GPU")
+        return fitted_ik(sc, gpu_bytes, layer_gpus)
     ids = devices(sc)
     nd, n = len(ids), sc.model.n_layers
     margin = sc.options.fit_target * 2**20

@@ -110,8 +110,11 @@ class Options(Strict):
     swa_full: bool = False
     # -fit on|off (default on) and --fit-target MiB: with no -ngl, -ot or --n-cpu-moe given,
     # the placement common_params_fit picks over the GPUs (fit.py)
-    fit: Literal["on", "off"] | bool = True
+    # None: the fork's default, on for llama.cpp, off for ik_llama.cpp (its --fit opts in,
+    # fit.fitted_ik: experts of each GPU's last layers to the CPU, --fit-margin MiB left free)
+    fit: Literal["on", "off"] | bool | None = None
     fit_target: Annotated[int, Meta(ge=0, le=1 << 20)] = 1024
+    fit_margin: Annotated[int, Meta(ge=0, le=1 << 20)] | None = None
     # -fa: flash attention; auto (llama.cpp's default) is on wherever the CUDA backend has its
     # kernels, as for every model here; off (or false) materialises the scores (attention.py)
     flash_attn: Literal["on", "off", "auto"] | bool = "auto"
@@ -167,7 +170,8 @@ class Options(Strict):
                 "ser", "must be 'Kmin,t' such as '6,1': a whole Kmin from 1 and a t up to 1e6"
             )
         own = {"ser": bool(ser), "rtr": self.rtr, "mla": self.mla is not None,
-               "amb": self.amb is not None, "fmoe": self.fmoe is not None}  # fmt: skip
+               "amb": self.amb is not None, "fmoe": self.fmoe is not None,
+               "fit_margin": self.fit_margin is not None}  # fmt: skip
         given = [name for name, used in own.items() if used]
         if given and self.fork != "ik_llama":
             raise FieldError(given[0], "is ik_llama.cpp's option: say fork: ik_llama with it")
@@ -179,6 +183,8 @@ class Options(Strict):
             )
         if isinstance(self.fit, str):
             msgspec.structs.force_setattr(self, "fit", self.fit == "on")
+        if self.fit is None:
+            msgspec.structs.force_setattr(self, "fit", self.fork == "llama.cpp")
         if isinstance(self.flash_attn, bool):
             msgspec.structs.force_setattr(self, "flash_attn", "on" if self.flash_attn else "off")
         _check_split_mode(self.split_mode, self.fork)
