@@ -133,6 +133,21 @@ class Options(Strict):
     # the matvec rates')
     amb: Annotated[int, Meta(ge=0, le=1 << 20)] | None = None
     fmoe: bool | None = None
+    # flags a published command carries that change no modelled quantity, accepted so that the
+    # command can be written down (common/arg.cpp): the threads' scheduling (--prio, --poll,
+    # --cpu-strict, -C/--cpu-mask, -Cr/--cpu-range; the CPU rates are fitted on default runs),
+    # load time (--no-warmup, -dio/--direct-io), --cache-reuse (KV shifting between requests'
+    # prompts: one request is modelled) and --repack/--no-repack (CPU weight repacking, on by
+    # default as in the fitted runs; off is not modelled)
+    prio: Annotated[int, Meta(ge=-1, le=3)] | None = None
+    poll: Annotated[int, Meta(ge=0, le=100)] | None = None
+    cpu_strict: bool | None = None
+    cpu_mask: Annotated[str, Meta(max_length=256, pattern=r"^(0[xX])?[0-9a-fA-F]+$")] | None = None
+    cpu_range: Annotated[str, Meta(max_length=32, pattern=r"^\d{1,5}-\d{1,5}$")] | None = None
+    no_warmup: bool | None = None
+    direct_io: bool | None = None
+    cache_reuse: Annotated[int, Meta(ge=0, le=1 << 24)] | None = None
+    repack: bool | None = None
 
     @property
     def ubatch(self) -> int:
