@@ -84,6 +84,12 @@ class ServingFlags(Strict):
     enable_p2p_check: bool | None = None
     fp8_gemm_backend: Fp8GemmBackend | None = None
     disable_cuda_graph: bool | None = None
+    # --context-length (a longer request is refused), --disable-radix-cache (no GPU prefix tier:
+    # engine sglang), --enable-torch-compile and --cuda-graph-max-bs (no term of their own)
+    context_length: Annotated[int, Meta(ge=1, le=1 << 25)] | None = None
+    disable_radix_cache: bool | None = None
+    enable_torch_compile: bool | None = None
+    cuda_graph_max_bs: Annotated[int, Meta(ge=1, le=1 << 16)] | None = None
 
 
 SERVING_FLAGS = tuple(f for f in ServingFlags.__struct_fields__ if f != "attention_backend")
@@ -99,6 +105,13 @@ def refuse_serving(sc: Any) -> None:
             f"options.max_running_requests is {cap} but the batch is {sc.batch}: SGLang runs at "
             "most that many requests at once",
             field="options.max_running_requests",
+        )
+    length = getattr(o, "context_length", None)
+    if length is not None and sc.prompt + sc.generate > length:
+        raise InputError(
+            f"options.context_length is {length} but a request holds {sc.prompt + sc.generate} "
+            "tokens (prompt + generate): SGLang rejects it",
+            field="options.context_length",
         )
     tp = getattr(o, "tensor_parallel_size", None)
     if tp is not None and tp != 1:

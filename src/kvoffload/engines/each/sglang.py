@@ -142,7 +142,9 @@ def cache_rule(sc: Scenario) -> CacheRule:
     """Return SGLang's prefix cache: the radix cache on the GPU, HiCache's host pool and L3."""
     o = sc.options
     setup = _setup(sc)
-    caps = {"gpu": prefix_cache.free_gpu_bytes(sc, setup, o.mem_fraction_static)}
+    caps = {}  # --disable-radix-cache: the GPU keeps no prefix, no GPU tier
+    if not o.disable_radix_cache:
+        caps["gpu"] = prefix_cache.free_gpu_bytes(sc, setup, o.mem_fraction_static)
     if o.enable_hierarchical_cache:
         caps["cpu"] = _host_bytes(sc, setup)
         if o.hicache_storage_backend == "file":
@@ -157,7 +159,9 @@ def cache_rule(sc: Scenario) -> CacheRule:
         capacities=caps,
         inclusive=o.hicache_write_policy != "write_back",
         sizes={"cpu": "options.hicache_ratio" if not o.hicache_size else "options.hicache_size"},
-        missing="enable_hierarchical_cache: true adds host memory, and "
+        missing="options.disable_radix_cache is true, so the GPU keeps no prefix"
+        if o.disable_radix_cache
+        else "enable_hierarchical_cache: true adds host memory, and "
         "hicache_storage_backend: file the disk",
     )
 

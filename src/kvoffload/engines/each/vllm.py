@@ -137,6 +137,12 @@ class Options(Strict):
     offload_num_in_group: Annotated[int, Meta(ge=1, le=1 << 16)] = 1
     offload_prefetch_step: Annotated[int, Meta(ge=0, le=1 << 16)] = 1
     offload_params: ParamSegments = ()
+    # --no-enable-prefix-caching: no GPU prefix tier (a hit only from the connector's);
+    # --swap-space (GiB of CPU swap for preempted requests; V1 no longer swaps) and
+    # --enable-chunked-prefill (V1 always chunks, by max_num_batched_tokens): no term of their own
+    enable_prefix_caching: bool = True
+    swap_space: HostGib | None = None
+    enable_chunked_prefill: bool | None = None
 
 
 def prefetch_active(o: Options) -> bool:
@@ -297,7 +303,9 @@ def cache_rule(sc: Scenario) -> CacheRule:
         )
     setup, _, _ = _setup(sc)
     host, disk = _host_cache_bytes(o, sc.system.gpu.count)
-    caps = {"gpu": prefix_cache.free_gpu_bytes(sc, setup, o.gpu_memory_utilization)}
+    caps = {}  # without prefix caching the GPU keeps no prefix: no GPU tier
+    if o.enable_prefix_caching:
+        caps["gpu"] = prefix_cache.free_gpu_bytes(sc, setup, o.gpu_memory_utilization)
     if o.kv_offloading_size:
         caps["cpu"] = host
     if o.kv_offloading_backend == "lmcache" and o.local_disk:
@@ -322,7 +330,9 @@ def cache_rule(sc: Scenario) -> CacheRule:
         inclusive=True,
         sizes={"cpu": size, "disk": "options.max_local_disk_size"},
         missing=(
-            "options.kv_offloading_size turns on the KV connector (host memory)"
+            "options.enable_prefix_caching is false, so the GPU keeps no prefix"
+            if not o.enable_prefix_caching
+            else "options.kv_offloading_size turns on the KV connector (host memory)"
             if not o.kv_offloading_size
             else "LMCache adds one with kv_offloading_backend: lmcache and local_disk: true"
             if not lmcache
