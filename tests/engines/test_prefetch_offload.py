@@ -14,11 +14,17 @@ from kvoffload.engines.scenario import parse_scenario, predict
 from kvoffload.inputs.errors import InputError
 
 
-def _sc(model: str = "llama-3.1-8b", weights: str = "bf16", **options):
+def _sc(
+    model: str = "llama-3.1-8b",
+    weights: str = "bf16",
+    engine: str = "vllm",
+    hw: str = "rtx-4090-desktop",
+    **options,
+):
     raw = {
-        "hardware": "rtx-4090-desktop",
+        "hardware": hw,
         "model": model,
-        "engine": "vllm",
+        "engine": engine,
         "precision": {"weights": weights, "kv": "bf16"},
         "workload": {"batch": 1, "prompt": 1024, "generate": 64},
         "options": options,
@@ -156,15 +162,7 @@ def test_cpu_offload_params_limit_uva_to_the_named_parameters():
 
 
 def _sglang(model: str = "llama-3.1-8b", weights: str = "bf16", hw: str = "rtx-4090-desktop", **o):
-    raw = {
-        "hardware": hw,
-        "model": model,
-        "engine": "sglang",
-        "precision": {"weights": weights, "kv": "bf16"},
-        "workload": {"batch": 1, "prompt": 1024, "generate": 64},
-        "options": o,
-    }
-    return parse_scenario(raw, name="sglang-offload")
+    return _sc(model, weights, "sglang", hw, **o)
 
 
 def test_sglang_cpu_offload_gb_copies_its_modules_before_each_forward_as_vllm_without_uva():
