@@ -14,15 +14,19 @@ from kvoffload.inputs.errors import InputError
 from kvoffload.model import decode
 
 
-def _raw(**options) -> dict:
+def _ik(hardware: str, model: str, prompt: int, generate: int, **options) -> dict:
     return {
-        "hardware": "rtx-4090-desktop",
-        "model": "qwen3-30b-a3b",
+        "hardware": hardware,
+        "model": model,
         "engine": "llamacpp",
         "precision": {"weights": "q4_k_m", "kv": "fp16"},
-        "workload": {"batch": 1, "prompt": 512, "generate": 8},
-        "options": {"fork": "ik_llama", "cpu_moe": True, **options},
+        "workload": {"batch": 1, "prompt": prompt, "generate": generate},
+        "options": {"fork": "ik_llama", **options},
     }
+
+
+def _raw(**options) -> dict:
+    return _ik("rtx-4090-desktop", "qwen3-30b-a3b", 512, 8, **{"cpu_moe": True, **options})
 
 
 def test_ser_with_t_of_one_runs_the_model_as_if_it_routed_to_kmin_experts():
@@ -86,14 +90,7 @@ def test_bad_ser_and_rtr_are_refused_in_one_line(options, fragment):
 
 
 def _deepseek(**options) -> dict:
-    return {
-        "hardware": "epyc-9654-h100-pcie",
-        "model": "deepseek-v3",
-        "engine": "llamacpp",
-        "precision": {"weights": "q4_k_m", "kv": "fp16"},
-        "workload": {"batch": 1, "prompt": 8192, "generate": 32},
-        "options": {"fork": "ik_llama", "n_cpu_moe": 61, **options},
-    }
+    return _ik("epyc-9654-h100-pcie", "deepseek-v3", 8192, 32, **{"n_cpu_moe": 61, **options})
 
 
 def test_mla_sets_what_deepseek_caches_and_what_attention_costs():

@@ -37,7 +37,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from kvoffload.engines.vllm_weight_offload import layer_parameters
+from kvoffload.engines.vllm_weight_offload import layer_parameters, matches, pinned_bytes
 from kvoffload.inputs.precision import WeightFormat
 from kvoffload.model import decode
 from kvoffload.model.prediction import Prediction, Scenario
@@ -52,11 +52,6 @@ def offloaded_layers(n_layers: int, group_size: int, num_in_group: int) -> np.nd
         if group_size > 0
         else np.zeros(n_layers, bool)
     )
-
-
-def matches(name: str, segments: tuple[str, ...]) -> bool:
-    """Return whether a parameter's dotted name holds one of the segments (vLLM's rule)."""
-    return any(f".{p}." in f".{name}." for p in segments)
 
 
 Segments = tuple[tuple[str, ...], ...]  # per decoder layer: the parameter segments it moves
@@ -94,10 +89,8 @@ def host_bytes(sc: Scenario, segments: Segments, *, pinned: bool) -> tuple[float
     """Return (bytes moved to host memory, host bytes they take) on one GPU: pinned, each
     parameter rounded up to a power of two by PyTorch's caching host allocator (as UVA's)."""
     moved = np.array([b for layer in _chosen(sc, segments) for _, b in layer], dtype=np.float64)
-    if not pinned or not moved.size:
-        return float(moved.sum()), float(moved.sum())
-    rounded = 2.0 ** np.ceil(np.log2(np.maximum(moved, 1.0)))
-    return float(moved.sum()), float(rounded.sum())
+    held = pinned_bytes(moved) if pinned else moved
+    return float(moved.sum()), float(held.sum())
 
 
 def buffer_bytes(sc: Scenario, segments: Segments, slots: int) -> float:

@@ -70,6 +70,18 @@ def vllm_name(base: str, suffix: str) -> str:
     return f"{path}_{suffix}" if base in _EXPERTS else f"{path}.{suffix}"
 
 
+def matches(name: str, segments: tuple[str, ...]) -> bool:
+    """Return whether a parameter's dotted name holds one of the segments (vLLM's rule,
+    ``f".{p}." in f".{name}."``: ``experts`` matches ``mlp.experts.w2_weight``, ``w2`` does not)."""
+    return any(f".{p}." in f".{name}." for p in segments)
+
+
+def pinned_bytes(sizes: np.ndarray) -> np.ndarray:
+    """Return the host bytes pinned tensors of these sizes take: each rounded up to a power of
+    two by PyTorch's CachingHostAllocator (zero stays zero)."""
+    return np.where(sizes > 0, 2.0 ** np.ceil(np.log2(np.maximum(sizes, 1.0))), 0.0)
+
+
 @cache
 def layer_parameters(model: Model, fmt: WeightFormat) -> tuple[tuple[tuple[str, float], ...], ...]:
     """Return each decoder layer's (vLLM name, bytes) parameters in vLLM's order (one GPU: all)."""
@@ -89,7 +101,7 @@ def layer_parameters(model: Model, fmt: WeightFormat) -> tuple[tuple[tuple[str, 
 def _sizes(model: Model, fmt: WeightFormat, segments: tuple[str, ...] = ()) -> np.ndarray:
     sizes = np.array(
         [
-            b if not segments or any(f".{p}." in f".{n}." for p in segments) else 0.0
+            b if not segments or matches(n, segments) else 0.0
             for layer in layer_parameters(model, fmt)
             for n, b in layer
         ],
@@ -115,5 +127,4 @@ def offload(
     moved = sizes[(before < budget_bytes) & (budget_bytes > 0) & (sizes > 0)]
     if not pinned:
         return float(moved.sum()), float(moved.sum())
-    rounded = np.where(moved > 0, 2.0 ** np.ceil(np.log2(np.maximum(moved, 1.0))), 0.0)
-    return float(moved.sum()), float(rounded.sum())
+    return float(moved.sum()), float(pinned_bytes(moved).sum())

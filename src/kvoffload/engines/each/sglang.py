@@ -57,7 +57,7 @@ from kvoffload.engines.spec import CacheRule, EngineSpec, PrefixCache
 from kvoffload.inputs.errors import InputError
 from kvoffload.inputs.limits import MAX_PARAMS
 from kvoffload.inputs.units import format_bytes
-from kvoffload.model import decode, reuse, tensor_groups
+from kvoffload.model import decode, reuse
 from kvoffload.model.prediction import Prediction, Scenario, predict_setup
 
 GB = 10**9
@@ -101,10 +101,11 @@ def _v2_segments(sc: Scenario) -> prefetch.Segments:
             "(its submodule accessor); this model has no MLA, so SGLang would fail to load it",
             field="options.offload_group_size",
         )
-    table = tensor_groups.tensor_table(sc.model, sc.setup.weights)
-    moe = {int(p) for p, n in zip(table.position, table.names, strict=True) if "_exps" in n}
     experts = ("experts.w13_weight", "experts.w2_weight")
-    return tuple(experts if i in moe else ("mlp",) for i in range(sc.model.n_layers))
+    return tuple(
+        experts if any(vllm_offload.matches(n, ("experts",)) for n, _ in layer) else ("mlp",)
+        for layer in vllm_offload.layer_parameters(sc.model, sc.setup.weights)
+    )
 
 
 def _setup(sc: Scenario) -> decode.Setup:
@@ -176,8 +177,10 @@ def predict(sc: Scenario) -> Prediction:
     if o.cpu_offload_gb:  # pinned: each parameter rounded up to a power of two
         moved, held = vllm_offload.offload(sc, o.cpu_offload_gb * GiB, pinned=True)
         cpu = cpu + held - moved
-    elif _v2(sc):
+    offloaded: list[int] = []
+    if _v2(sc):
         segments = _v2_segments(sc)
+        offloaded = np.flatnonzero(prefetch.plan(sc, segments)[0]).tolist()
         pred = prefetch.with_prefetch(sc, setup, pred, segments)
         off, held = prefetch.host_bytes(sc, segments, pinned=True)
         # a layer's tensors live from their copy to the end of its forward: step + 1 at most
@@ -203,9 +206,7 @@ def predict(sc: Scenario) -> Prediction:
             "hicache_storage_backend": o.hicache_storage_backend,
             "attention_backend": sglang_attention.backend(sc),
             "cpu_offload_gb": o.cpu_offload_gb,
-            "offload_layers": np.flatnonzero(prefetch.plan(sc, _v2_segments(sc))[0]).tolist()
-            if _v2(sc)
-            else [],
+            "offload_layers": offloaded,
         },
         policy=(
             f"{setup.placement.weights.cpu:.0%} of the weights copied from host memory before "

@@ -388,9 +388,11 @@ def predict(sc: Scenario) -> Prediction:
     if tp > 1:
         pred = _tensor_parallel(sc, setup, pred, tp)
     pred = replace(pred, ttft_s=pred.ttft_s + _chunk_reads_s(sc, setup))
+    prefetched: list[int] = []
     if prefetch_active(o):
         segments = prefetch.vllm_segments(sc)
         pred = prefetch.with_prefetch(sc, setup, pred, segments, tp, batched_tokens(sc))
+        prefetched = np.flatnonzero(prefetch.plan(sc, segments)[0]).tolist()
     prompt_kv = float(kv.batch_bytes(setup.cache_model, sc.prompt, sc.batch, sc.setup.kv))
     if model.mla:
         prompt_kv *= tp
@@ -413,14 +415,10 @@ def predict(sc: Scenario) -> Prediction:
             "kv_heads_per_gpu": heads,
             "max_num_batched_tokens": batched_tokens(sc),
             "offload_backend": "prefetch" if prefetch_active(o) else "uva",
-            "prefetch_layers": np.flatnonzero(
-                prefetch.plan(sc, prefetch.vllm_segments(sc))[0]
-            ).tolist()
-            if prefetch_active(o)
-            else [],
+            "prefetch_layers": prefetched,
         },
         policy=(
-            f"{np.count_nonzero(prefetch.plan(sc, prefetch.vllm_segments(sc))[0])} layers copied from host memory "
+            f"{len(prefetched)} layers copied from host memory "
             f"{o.offload_prefetch_step} offloaded layer(s) ahead every pass"
             if prefetch_active(o)
             else f"{off:.0%} of the weights streamed from {'pinned' if placement.pinned else 'pageable'} host memory every step"

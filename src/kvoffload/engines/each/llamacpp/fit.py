@@ -157,12 +157,8 @@ def fitted_ik(
         return _with(sc)
     table = tensor_groups.tensor_table(sc.model, sc.setup.weights)
     exps = np.array([bool(re.search(IK_EXPS, name)) for name in table.names])
-    per_layer = np.zeros(n)
-    np.add.at(
-        per_layer,
-        table.position[exps & (table.position >= 0)],
-        table.nbytes[exps & (table.position >= 0)],
-    )
+    exps &= table.position >= 0
+    per_layer = np.bincount(table.position[exps], weights=table.nbytes[exps], minlength=n)[:n]
     if not per_layer.any():  # a dense model: the last GPU filled from the output layer down
         every = [float(b) for b in gpu_bytes(_with(sc, n_gpu_layers=n + 1))]
         one = [float(b) for b in gpu_bytes(_with(sc, n_gpu_layers=1))]
